@@ -1,0 +1,8 @@
+"""The codemods, in pipeline order. Each entry is one module with one class; `NAME`s are stable and unique."""
+
+from .base import Codemod, Finding
+from .cache_pytree import CachePytreeRegistration
+
+ALL_CODEMODS: tuple[type[Codemod], ...] = (CachePytreeRegistration,)
+
+__all__ = ["ALL_CODEMODS", "Codemod", "Finding"]

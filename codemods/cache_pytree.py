@@ -1,0 +1,266 @@
+"""Registers transformers' Cache objects as pytree nodes, so `torch.export` takes them as inputs and outputs.
+
+What it rewrites:
+- the module that defines the cache API (`cache_utils.py`: it defines `Cache` and `CacheLayerMixin`) gets the
+  registration machinery (`register_cache_pytree_node` and its flatten/unflatten functions) appended, followed by one
+  registration per concrete cache and cache-layer class, in source order;
+- any other module that defines a cache gets `register_cache_pytree_node(<Class>)` right after each such class, and the
+  name added to its `cache_utils` import. A class is a cache when it derives from a class of `cache_utils` (directly,
+  or through a class of the same module) or, as transformers' own exporters decide, when its name ends in `Cache`
+  (reported as a finding, since that is a naming convention and not a type).
+
+The emitted flatten is exact: a node's children are its attributes that hold tensors, nested caches or Python ints
+(counters that torch.export can keep dynamic); every other attribute (flags, window sizes, devices, dtypes, layer
+classes, dicts of flags) goes into a JSON context, so `torch.export.save`/`load` round-trip the object, and unflatten
+restores the attributes without calling `__init__`.
+
+What it refuses: abstract base classes (never instantiated, so never flattened) are skipped; a module that already
+registers a class is left alone for that class (idempotent). It never changes existing code.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+from ._imports import add_from_import, add_plain_import
+from .base import Codemod
+
+REGISTER = "register_cache_pytree_node"
+# The classes that define transformers' cache API, by the names `cache_utils` gives them.
+CACHE_ROOTS = frozenset({"Cache", "CacheLayerMixin", "LinearAttentionCacheLayerMixin", "DummyLayer"})
+
+# The upstream form of the machinery, appended to the module that defines `Cache`. It names nothing of that module
+# but the classes it registers, so it can also be rendered as a separate module that imports them.
+MACHINERY = '''
+
+# torch.export support: caches and cache layers are pytree nodes, so an exported program can take and return them.
+# A node's children are the attributes holding tensors, nested caches or Python ints (counters that torch.export can
+# keep dynamic); all other attributes go into a JSON context, so that `torch.export.save`/`load` round-trip it exactly.
+_PYTREE_CACHE_CLASSES: dict[str, type] = {}
+
+
+def _is_cache_context_value(value) -> bool:
+    if value is None or isinstance(value, (bool, float, str, torch.device, torch.dtype)):
+        return True
+    if isinstance(value, type):
+        return value in _PYTREE_CACHE_CLASSES.values()
+    if isinstance(value, (list, tuple)):
+        return all(_is_cache_context_value(item) for item in value)
+    if isinstance(value, dict):
+        # Keys are structure, never dynamic: int keys (layer or state indices) belong to the context too
+        return all(type(key) in (int, str) and _is_cache_context_value(item) for key, item in value.items())
+    return False
+
+
+def _encode_cache_context_value(value):
+    # JSON objects only ever appear as tags, so every Python value decodes back to its own type
+    if isinstance(value, list):
+        return [_encode_cache_context_value(item) for item in value]
+    if isinstance(value, tuple):
+        return {"tuple": [_encode_cache_context_value(item) for item in value]}
+    if isinstance(value, dict):
+        return {"dict": [[key, _encode_cache_context_value(item)] for key, item in value.items()]}
+    if isinstance(value, torch.device):
+        return {"device": str(value)}
+    if isinstance(value, torch.dtype):
+        return {"dtype": str(value).removeprefix("torch.")}
+    if isinstance(value, type):
+        return {"class": f"{value.__module__}.{value.__qualname__}"}
+    return value
+
+
+def _decode_cache_context_value(value):
+    if isinstance(value, list):
+        return [_decode_cache_context_value(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    ((tag, payload),) = value.items()
+    if tag == "tuple":
+        return tuple(_decode_cache_context_value(item) for item in payload)
+    if tag == "dict":
+        return {key: _decode_cache_context_value(item) for key, item in payload}
+    if tag == "device":
+        return torch.device(payload)
+    if tag == "dtype":
+        return getattr(torch, payload)
+    return _PYTREE_CACHE_CLASSES[payload]
+
+
+def _cache_flatten_with_keys(cache):
+    children, context = [], []
+    for name, value in vars(cache).items():
+        if _is_cache_context_value(value):
+            context.append([name, _encode_cache_context_value(value)])
+        else:
+            # A one-element entry marks an attribute that is carried as a child
+            context.append([name])
+            children.append((torch.utils._pytree.GetAttrKey(name), value))
+    return children, json.dumps(context)
+
+
+def _cache_flatten(cache):
+    children, context = _cache_flatten_with_keys(cache)
+    return [child for _, child in children], context
+
+
+def _cache_unflatten(cls, children, context):
+    cache = cls.__new__(cls)
+    children = iter(children)
+    for entry in json.loads(context):
+        cache.__dict__[entry[0]] = next(children) if len(entry) == 1 else _decode_cache_context_value(entry[1])
+    return cache
+
+
+def register_cache_pytree_node(cls: type) -> None:
+    """
+    Registers `cls` (a cache or a cache layer) as a pytree node, so that `torch.export` accepts it as an input and an
+    output, and `torch.export.save`/`load` serialize it. Idempotent. A registration made earlier by other code is
+    reused when it supports export and serialization, and refused otherwise: a class never gets a second node type.
+    """
+    serialized_type_name = f"{cls.__module__}.{cls.__qualname__}"
+    node = torch.utils._pytree.SUPPORTED_NODES.get(cls)
+    if node is not None:
+        if node.flatten_with_keys_fn is None or cls not in torch.utils._pytree.SUPPORTED_SERIALIZED_TYPES:
+            raise ValueError(
+                f"{cls.__name__} is already registered as a pytree node by `{node.flatten_fn.__module__}`, without "
+                "the `flatten_with_keys_fn` and `serialized_type_name` that torch.export needs to export and save "
+                "it. Import this module before that one, or remove that registration."
+            )
+    else:
+        torch.utils._pytree.register_pytree_node(
+            cls,
+            _cache_flatten,
+            functools.partial(_cache_unflatten, cls),
+            serialized_type_name=serialized_type_name,
+            flatten_with_keys_fn=_cache_flatten_with_keys,
+        )
+        # Saved programs pickle their example inputs; this lets `torch.export.load` read them back with weights_only
+        torch.serialization.add_safe_globals([cls])
+    _PYTREE_CACHE_CLASSES[serialized_type_name] = cls
+'''
+
+
+def _base_names(node: cst.ClassDef) -> list[str]:
+    """The last component of each base class expression (`cache_utils.DynamicCache` -> `DynamicCache`)."""
+    names = []
+    for arg in node.bases:
+        value = arg.value
+        if isinstance(value, cst.Attribute):
+            names.append(value.attr.value)
+        elif isinstance(value, cst.Name):
+            names.append(value.value)
+    return names
+
+
+def _is_cache_utils_import(node: cst.ImportFrom) -> bool:
+    module = node.module
+    if module is None:
+        return False
+    dotted = cst.helpers.get_full_name_for_node(module) or ""
+    return dotted == "cache_utils" or dotted.endswith(".cache_utils")
+
+
+def _registers(module: cst.Module) -> set[str]:
+    """Class names that the module already passes to `register_cache_pytree_node`."""
+    found = set()
+    for call in m.findall(module, m.Call(func=m.Name(REGISTER), args=[m.Arg(value=m.Name())])):
+        found.add(call.args[0].value.value)
+    return found
+
+
+class CachePytreeRegistration(Codemod):
+    NAME = "cache-pytree"
+    DESCRIPTION = "Registers Cache classes and cache layers as pytree nodes, so torch.export takes and returns them."
+
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        self.cache_utils_names: set[str] = set()
+        self.cache_utils_import: cst.ImportFrom | None = None
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if _is_cache_utils_import(node) and not isinstance(node.names, cst.ImportStar):
+            self.cache_utils_import = self.cache_utils_import or node
+            for alias in node.names:
+                self.cache_utils_names.add(alias.evaluated_alias or alias.evaluated_name)
+
+    def _cache_classes(self, module: cst.Module, defines_api: bool) -> list[cst.ClassDef]:
+        """Module-level cache classes, in source order."""
+        classes = [stmt for stmt in module.body if isinstance(stmt, cst.ClassDef)]
+        caches: set[str] = set(CACHE_ROOTS) if defines_api else set()
+        inherited = set(CACHE_ROOTS) | self.cache_utils_names if defines_api else self.cache_utils_names
+        changed = True
+        while changed:  # transitive closure over the module's own classes
+            changed = False
+            for cls in classes:
+                name = cls.name.value
+                if name not in caches and any(base in caches or base in inherited for base in _base_names(cls)):
+                    caches.add(name)
+                    changed = True
+        result = []
+        for cls in classes:
+            name = cls.name.value
+            if "ABC" in _base_names(cls):
+                continue  # abstract: never instantiated, so never flattened
+            if name in caches:
+                result.append(cls)
+            elif name.endswith("Cache") and not defines_api:
+                self.report(cls, "note", f"class {name}", "registered because its name ends in `Cache`")
+                result.append(cls)
+        return result
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        names = {stmt.name.value for stmt in original_node.body if isinstance(stmt, cst.ClassDef)}
+        defines_api = {"Cache", "CacheLayerMixin"} <= names
+        registered = _registers(original_node)
+        todo = [cls for cls in self._cache_classes(original_node, defines_api) if cls.name.value not in registered]
+        if not todo:
+            return updated_node
+        if defines_api:
+            return self._append_machinery(original_node, updated_node, todo)
+        return self._register_after_classes(updated_node, todo)
+
+    def _append_machinery(self, original: cst.Module, updated: cst.Module, todo: list[cst.ClassDef]) -> cst.Module:
+        body = list(updated.body)
+        defines_register = any(
+            isinstance(stmt, cst.FunctionDef) and stmt.name.value == REGISTER for stmt in original.body
+        )
+        if not defines_register:
+            machinery = cst.parse_module(MACHINERY)
+            # The leading comment parses as the module header: carry it on the first statement
+            first = machinery.body[0]
+            body.append(first.with_changes(leading_lines=[*machinery.header, *first.leading_lines]))
+            body.extend(machinery.body[1:])
+        calls = [cst.parse_statement(f"{REGISTER}({cls.name.value})") for cls in todo]
+        calls[0] = calls[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+        body.extend(calls)
+        for cls in todo:
+            self.report(cls, "rewritten", f"class {cls.name.value}", "registered as a pytree node")
+        updated = updated.with_changes(body=body)
+        if not defines_register:
+            for name in ("functools", "json", "torch"):
+                updated = add_plain_import(updated, name)
+        return updated
+
+    def _register_after_classes(self, updated: cst.Module, todo: list[cst.ClassDef]) -> cst.Module:
+        wanted = {cls.name.value for cls in todo}
+        body = []
+        for stmt in updated.body:
+            body.append(stmt)
+            if isinstance(stmt, cst.ClassDef) and stmt.name.value in wanted:
+                call = cst.parse_statement(f"{REGISTER}({stmt.name.value})")
+                body.append(call.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]))
+        for cls in todo:
+            self.report(cls, "rewritten", f"class {cls.name.value}", "registered as a pytree node")
+        return self._import_register(updated.with_changes(body=body))
+
+    def _import_register(self, module: cst.Module) -> cst.Module:
+        """Imports `register_cache_pytree_node` the way the module imports `cache_utils`: merged into that import,
+        else relative when the module lives inside transformers, else absolute."""
+        node = self.cache_utils_import
+        if node is not None:
+            dotted = cst.helpers.get_full_name_for_node(node.module)
+            return add_from_import(module, dotted, len(node.relative), REGISTER)
+        parts = (self.context.full_module_name or "").split(".")
+        if parts[0] == "transformers" and len(parts) > 1:
+            return add_from_import(module, "cache_utils", len(parts) - 1, REGISTER)
+        return add_from_import(module, "transformers.cache_utils", 0, REGISTER)

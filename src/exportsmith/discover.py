@@ -1,0 +1,89 @@
+"""The installed transformers: version, package root, model types and the files exportsmith reads.
+
+Model types come from transformers' own auto mapping (`CONFIG_MAPPING_NAMES`); several types can share one module
+(`models/<module>/`), and a module is what gets vendored. Nothing here rewrites or writes anything.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.metadata
+import importlib.util
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+# Modules outside `models/` that modeling files import and codemods may rewrite (paths inside the package).
+SHARED_MODULES = (
+    "cache_utils.py",
+    "masking_utils.py",
+    "modeling_rope_utils.py",
+    "integrations/sdpa_attention.py",
+)
+
+
+class DiscoveryError(Exception):
+    """A problem the user can fix (transformers missing, unknown model): its message is one line."""
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    module: str  # directory under models/, the name of the vendored package
+    model_types: tuple[str, ...]  # the config model types that use this module
+    modeling: tuple[Path, ...]  # modeling_*.py, sorted
+    modular: tuple[Path, ...]  # modular_*.py, sorted
+
+
+@dataclass(frozen=True)
+class Transformers:
+    version: str
+    root: Path  # the `transformers` package directory
+
+    def relpath(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix()
+
+    def module_name(self, path: Path) -> str:
+        return "transformers." + self.relpath(path).removesuffix(".py").replace("/", ".")
+
+    @cached_property
+    def model_types(self) -> dict[str, str]:
+        """model type -> module, for every model type of the auto mapping."""
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES, model_type_to_module_name
+
+        return {model_type: model_type_to_module_name(model_type) for model_type in sorted(CONFIG_MAPPING_NAMES)}
+
+    @cached_property
+    def models(self) -> dict[str, ModelFiles]:
+        """module -> its files, for every module that has a modeling file."""
+        types: dict[str, list[str]] = {}
+        for model_type, module in self.model_types.items():
+            types.setdefault(module, []).append(model_type)
+        result = {}
+        for module in sorted(types):
+            folder = self.root / "models" / module
+            modeling = tuple(sorted(folder.glob("modeling_*.py")))
+            if modeling:
+                result[module] = ModelFiles(module, tuple(types[module]), modeling, tuple(sorted(folder.glob("modular_*.py"))))
+        return result
+
+    @property
+    def shared_modules(self) -> tuple[Path, ...]:
+        return tuple(self.root / relpath for relpath in SHARED_MODULES if (self.root / relpath).is_file())
+
+    def resolve(self, name: str) -> ModelFiles:
+        """The module for a model type or module name (`xlm-roberta` and `xlm_roberta` both work)."""
+        module = self.model_types.get(name, name.replace("-", "_"))
+        if module in self.models:
+            return self.models[module]
+        known = sorted(set(self.model_types) | set(self.models))
+        close = difflib.get_close_matches(name, known, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else "; `exportsmith list --models` lists them"
+        raise DiscoveryError(f"unknown model '{name}' in transformers {self.version}{hint}")
+
+
+def find_transformers() -> Transformers:
+    """The installed transformers, located without importing it."""
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or spec.origin is None:
+        raise DiscoveryError("transformers is not installed; install it with: pip install transformers")
+    return Transformers(importlib.metadata.version("transformers"), Path(spec.origin).parent)
