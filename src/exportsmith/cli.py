@@ -1,0 +1,152 @@
+"""The `exportsmith` command: a thin typer app over discover / generate / pipeline / verify.
+
+Data goes to stdout (patches, rewritten source, listings), summaries and errors to stderr. Exit codes: 0 success,
+1 a check or verification failed, 2 bad input (unknown model, missing transformers, unreadable file).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from codemods import ALL_CODEMODS
+
+from .discover import DiscoveryError, Transformers, find_transformers
+from .generate import GenerateError, generated_modules, render, stale_diff, write_tree
+from .pipeline import run_codemods
+from .vendor import VendorError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0])
+
+USER_ERRORS = (DiscoveryError, GenerateError, VendorError, OSError, UnicodeDecodeError)
+
+
+def _say(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    _say(f"error: {message}")
+    return typer.Exit(code)
+
+
+def _transformers() -> Transformers:
+    try:
+        return find_transformers()
+    except DiscoveryError as error:
+        raise _fail(str(error)) from None
+
+
+def _modules(tf: Transformers, names: list[str]) -> list[str]:
+    try:
+        return sorted({tf.resolve(name).module for name in names})
+    except DiscoveryError as error:
+        raise _fail(str(error)) from None
+
+
+@app.command("list")
+def list_(models: bool = typer.Option(False, "--models", help="List the model modules instead of the codemods.")):
+    """List the codemods (pipeline order) with their descriptions, or the models of the installed transformers."""
+    if models:
+        tf = _transformers()
+        for module, files in tf.models.items():
+            typer.echo(f"{module}\t{' '.join(files.model_types)}")
+        return
+    for codemod in ALL_CODEMODS:
+        typer.echo(f"{codemod.NAME}\t{codemod.DESCRIPTION}")
+
+
+@app.command()
+def generate(
+    models: list[str] = typer.Argument(..., help="Model types or module names (llama, gpt2, qwen2_moe, ...)."),
+    out: Path = typer.Option(Path("generated"), "--out", help="The generated package directory."),
+):
+    """Write the vendored, export-ready copies of MODELS (plus those already in OUT) to OUT, atomically."""
+    tf = _transformers()
+    modules = sorted(set(_modules(tf, models)) | set(generated_modules(out)))
+    try:
+        rendered = render(tf, modules)
+        write_tree(rendered.files, out)
+    except USER_ERRORS as error:
+        raise _fail(str(error)) from None
+    changed = sum(change.changed for change in rendered.changes)
+    _say(f"generated {len(modules)} model(s) into {out} from transformers {tf.version}: {changed} module(s) rewritten")
+
+
+@app.command()
+def diff(models: list[str] = typer.Argument(..., help="Model types or module names.")):
+    """Print the upstream patch (paths a/src/transformers/...) for the shared modules and MODELS."""
+    tf = _transformers()
+    try:
+        rendered = render(tf, _modules(tf, models))
+    except USER_ERRORS as error:
+        raise _fail(str(error)) from None
+    sys.stdout.write("".join(change.diff() for change in rendered.changes))
+
+
+@app.command()
+def check(out: Path = typer.Argument(Path("generated"), help="The generated package directory to check.")):
+    """Regenerate OUT in memory; exit 1 and show the difference when it is stale."""
+    tf = _transformers()
+    modules = generated_modules(out)
+    if not modules:
+        raise _fail(f"{out} holds no generated model")
+    try:
+        rendered = render(tf, modules)
+    except USER_ERRORS as error:
+        raise _fail(str(error)) from None
+    difference = stale_diff(rendered.files, out)
+    if difference:
+        sys.stdout.write(difference)
+        _say(f"{out} is stale for transformers {tf.version}; regenerate with: exportsmith generate --out {out} <models>")
+        raise typer.Exit(1)
+    _say(f"{out} is up to date for transformers {tf.version} ({len(modules)} models)")
+
+
+@app.command()
+def rewrite(
+    path: Path = typer.Argument(..., help="Any Python file, e.g. a model's remote code."),
+    output: Path = typer.Option(None, "-o", "--output", help="Write here instead of printing."),
+):
+    """Apply the codemods to PATH; print the result (or write it to OUTPUT) and the findings on stderr."""
+    try:
+        source = path.read_text(encoding="utf-8")
+    except USER_ERRORS as error:
+        raise _fail(f"cannot read {path}: {error}") from None
+    change = run_codemods(source, path.as_posix())
+    if change.error:
+        raise _fail(f"{path}: {change.error}")
+    for finding in change.findings:
+        _say(str(finding))
+    if output is None:
+        sys.stdout.write(change.rewritten)
+    else:
+        output.write_text(change.rewritten, encoding="utf-8")
+    _say(f"{path}: {'rewritten by ' + ', '.join(change.applied) if change.changed else 'unchanged'}")
+
+
+@app.command()
+def verify(
+    models: list[str] = typer.Argument(..., help="Model types (decoder LMs)."),
+    package: str = typer.Option("generated", "--package", help="The importable generated package."),
+):
+    """Check the generated copies: eager bit-identity, export with dynamic shapes, exported vs eager at other shapes."""
+    from .verify import verify_model  # torch is imported only by the commands that need it
+
+    tf = _transformers()
+    _modules(tf, models)  # clear error for unknown names before any model is built
+    failed = 0
+    for index, name in enumerate(models, 1):
+        _say(f"[{index}/{len(models)}] verifying {name} ...")
+        result = verify_model(name, package=package)
+        typer.echo(result.summary)
+        failed += not result.ok
+    if failed:
+        _say(f"{failed} of {len(models)} model(s) failed verification")
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    app()
