@@ -23,7 +23,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 from ._imports import add_from_import, add_plain_import
-from .base import Codemod
+from .base import Codemod, top_level_lines
 
 REGISTER = "register_cache_pytree_node"
 # The classes that define transformers' cache API, by the names `cache_utils` gives them.
@@ -134,8 +134,9 @@ def register_cache_pytree_node(cls: type) -> None:
             serialized_type_name=serialized_type_name,
             flatten_with_keys_fn=_cache_flatten_with_keys,
         )
-        # Saved programs pickle their example inputs; this lets `torch.export.load` read them back with weights_only
-        torch.serialization.add_safe_globals([cls])
+        # Saved programs pickle their example inputs (caches hold devices); this lets `torch.export.load` read them
+        # back with `weights_only`
+        torch.serialization.add_safe_globals([cls, torch.device])
     _PYTREE_CACHE_CLASSES[serialized_type_name] = cls
 '''
 
@@ -168,32 +169,48 @@ def _registers(module: cst.Module) -> set[str]:
     return found
 
 
+def _cache_utils_imports(module: cst.Module) -> list[cst.ImportFrom]:
+    return [
+        stmt.body[0]
+        for stmt in module.body
+        if isinstance(stmt, cst.SimpleStatementLine)
+        and isinstance(stmt.body[0], cst.ImportFrom)
+        and _is_cache_utils_import(stmt.body[0])
+        and not isinstance(stmt.body[0].names, cst.ImportStar)
+    ]
+
+
 class CachePytreeRegistration(Codemod):
     NAME = "cache-pytree"
     DESCRIPTION = "Registers Cache classes and cache layers as pytree nodes, so torch.export takes and returns them."
 
-    def __init__(self, context) -> None:
-        super().__init__(context)
-        self.cache_utils_names: set[str] = set()
-        self.cache_utils_import: cst.ImportFrom | None = None
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        classes = [stmt for stmt in tree.body if isinstance(stmt, cst.ClassDef)]
+        defines_api = {"Cache", "CacheLayerMixin"} <= {cls.name.value for cls in classes}
+        imports = _cache_utils_imports(tree)
+        self.lines = top_level_lines(tree)
+        registered = _registers(tree)
+        todo = [cls for cls in self._cache_classes(classes, imports, defines_api) if cls.name.value not in registered]
+        if not todo:
+            return tree
+        for cls in todo:
+            self.report(self.lines[id(cls)], "rewritten", f"class {cls.name.value}", "registered as a pytree node")
+        if defines_api:
+            return self._append_machinery(tree, todo)
+        return self._import_register(self._register_after_classes(tree, todo), imports)
 
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        if _is_cache_utils_import(node) and not isinstance(node.names, cst.ImportStar):
-            self.cache_utils_import = self.cache_utils_import or node
-            for alias in node.names:
-                self.cache_utils_names.add(alias.evaluated_alias or alias.evaluated_name)
-
-    def _cache_classes(self, module: cst.Module, defines_api: bool) -> list[cst.ClassDef]:
+    def _cache_classes(
+        self, classes: list[cst.ClassDef], imports: list[cst.ImportFrom], defines_api: bool
+    ) -> list[cst.ClassDef]:
         """Module-level cache classes, in source order."""
-        classes = [stmt for stmt in module.body if isinstance(stmt, cst.ClassDef)]
+        imported = {alias.evaluated_alias or alias.evaluated_name for node in imports for alias in node.names}
         caches: set[str] = set(CACHE_ROOTS) if defines_api else set()
-        inherited = set(CACHE_ROOTS) | self.cache_utils_names if defines_api else self.cache_utils_names
         changed = True
         while changed:  # transitive closure over the module's own classes
             changed = False
             for cls in classes:
                 name = cls.name.value
-                if name not in caches and any(base in caches or base in inherited for base in _base_names(cls)):
+                if name not in caches and any(base in caches or base in imported for base in _base_names(cls)):
                     caches.add(name)
                     changed = True
         result = []
@@ -204,26 +221,13 @@ class CachePytreeRegistration(Codemod):
             if name in caches:
                 result.append(cls)
             elif name.endswith("Cache") and not defines_api:
-                self.report(cls, "note", f"class {name}", "registered because its name ends in `Cache`")
+                self.report(self.lines[id(cls)], "note", f"class {name}", "registered because its name ends in `Cache`")
                 result.append(cls)
         return result
 
-    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        names = {stmt.name.value for stmt in original_node.body if isinstance(stmt, cst.ClassDef)}
-        defines_api = {"Cache", "CacheLayerMixin"} <= names
-        registered = _registers(original_node)
-        todo = [cls for cls in self._cache_classes(original_node, defines_api) if cls.name.value not in registered]
-        if not todo:
-            return updated_node
-        if defines_api:
-            return self._append_machinery(original_node, updated_node, todo)
-        return self._register_after_classes(updated_node, todo)
-
-    def _append_machinery(self, original: cst.Module, updated: cst.Module, todo: list[cst.ClassDef]) -> cst.Module:
-        body = list(updated.body)
-        defines_register = any(
-            isinstance(stmt, cst.FunctionDef) and stmt.name.value == REGISTER for stmt in original.body
-        )
+    def _append_machinery(self, tree: cst.Module, todo: list[cst.ClassDef]) -> cst.Module:
+        body = list(tree.body)
+        defines_register = any(isinstance(stmt, cst.FunctionDef) and stmt.name.value == REGISTER for stmt in body)
         if not defines_register:
             machinery = cst.parse_module(MACHINERY)
             # The leading comment parses as the module header: carry it on the first statement
@@ -233,34 +237,29 @@ class CachePytreeRegistration(Codemod):
         calls = [cst.parse_statement(f"{REGISTER}({cls.name.value})") for cls in todo]
         calls[0] = calls[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
         body.extend(calls)
-        for cls in todo:
-            self.report(cls, "rewritten", f"class {cls.name.value}", "registered as a pytree node")
-        updated = updated.with_changes(body=body)
+        tree = tree.with_changes(body=body)
         if not defines_register:
             for name in ("functools", "json", "torch"):
-                updated = add_plain_import(updated, name)
-        return updated
+                tree = add_plain_import(tree, name)
+        return tree
 
-    def _register_after_classes(self, updated: cst.Module, todo: list[cst.ClassDef]) -> cst.Module:
+    def _register_after_classes(self, tree: cst.Module, todo: list[cst.ClassDef]) -> cst.Module:
         wanted = {cls.name.value for cls in todo}
         body = []
-        for stmt in updated.body:
+        for stmt in tree.body:
             body.append(stmt)
             if isinstance(stmt, cst.ClassDef) and stmt.name.value in wanted:
                 call = cst.parse_statement(f"{REGISTER}({stmt.name.value})")
                 body.append(call.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]))
-        for cls in todo:
-            self.report(cls, "rewritten", f"class {cls.name.value}", "registered as a pytree node")
-        return self._import_register(updated.with_changes(body=body))
+        return tree.with_changes(body=body)
 
-    def _import_register(self, module: cst.Module) -> cst.Module:
+    def _import_register(self, tree: cst.Module, imports: list[cst.ImportFrom]) -> cst.Module:
         """Imports `register_cache_pytree_node` the way the module imports `cache_utils`: merged into that import,
         else relative when the module lives inside transformers, else absolute."""
-        node = self.cache_utils_import
-        if node is not None:
-            dotted = cst.helpers.get_full_name_for_node(node.module)
-            return add_from_import(module, dotted, len(node.relative), REGISTER)
+        if imports:
+            dotted = cst.helpers.get_full_name_for_node(imports[0].module)
+            return add_from_import(tree, dotted, len(imports[0].relative), REGISTER)
         parts = (self.context.full_module_name or "").split(".")
         if parts[0] == "transformers" and len(parts) > 1:
-            return add_from_import(module, "cache_utils", len(parts) - 1, REGISTER)
-        return add_from_import(module, "transformers.cache_utils", 0, REGISTER)
+            return add_from_import(tree, "cache_utils", len(parts) - 1, REGISTER)
+        return add_from_import(tree, "transformers.cache_utils", 0, REGISTER)

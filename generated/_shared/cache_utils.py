@@ -133,8 +133,9 @@ def register_cache_pytree_node(cls: type) -> None:
             serialized_type_name=serialized_type_name,
             flatten_with_keys_fn=_cache_flatten_with_keys,
         )
-        # Saved programs pickle their example inputs; this lets `torch.export.load` read them back with weights_only
-        torch.serialization.add_safe_globals([cls])
+        # Saved programs pickle their example inputs (caches hold devices); this lets `torch.export.load` read them
+        # back with `weights_only`
+        torch.serialization.add_safe_globals([cls, torch.device])
     _PYTREE_CACHE_CLASSES[serialized_type_name] = cls
 
 

@@ -130,22 +130,26 @@ def rewrite(
 @app.command()
 def verify(
     models: list[str] = typer.Argument(..., help="Model types (decoder LMs)."),
-    package: str = typer.Option("generated", "--package", help="The importable generated package."),
+    out: Path = typer.Option(Path("generated"), "--out", help="The generated package directory to verify."),
 ):
     """Check the generated copies: eager bit-identity, export with dynamic shapes, exported vs eager at other shapes."""
-    from .verify import verify_model  # torch is imported only by the commands that need it
-
     tf = _transformers()
     _modules(tf, models)  # clear error for unknown names before any model is built
+    if not (out / "__init__.py").is_file():
+        raise _fail(f"{out} is not a generated package; run: exportsmith generate {' '.join(models)} --out {out}")
+    from .verify import verify_model  # torch is imported only by the commands that need it
+
+    sys.path.insert(0, str(out.resolve().parent))
     failed = 0
     for index, name in enumerate(models, 1):
         _say(f"[{index}/{len(models)}] verifying {name} ...")
-        result = verify_model(name, package=package)
+        result = verify_model(name, package=out.resolve().name)
         typer.echo(result.summary)
         failed += not result.ok
     if failed:
         _say(f"{failed} of {len(models)} model(s) failed verification")
         raise typer.Exit(1)
+    _say(f"{len(models)} model(s) verified")
 
 
 def main() -> None:

@@ -70,7 +70,7 @@ def run_codemods(
         except SkipFile:
             continue
         run.findings.extend(context.scratch.get("findings", []))
-        if not new_tree.deep_equals(tree):
+        if new_tree is not tree and new_tree.code != tree.code:
             run.applied.append(codemod.NAME)
         tree = new_tree
     return Change(relpath, source, tree.code, tuple(sorted(run.findings)), tuple(run.applied))

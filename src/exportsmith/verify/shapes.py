@@ -1,0 +1,33 @@
+"""`dynamic_shapes` entries that mirror (possibly nested) pytree inputs such as a registered `DynamicCache`.
+
+torch.export matches `dynamic_shapes` to an input the way `torch.export.dynamic_shapes._tree_map_with_path` does:
+built-in containers (list, tuple, dict, namedtuple, ...) are mirrored as the same container, and an instance of any
+other registered pytree class as the children its `flatten_fn` returns (with that container's exact type).
+Tensors map through a caller-given function, plain ints (e.g. a cache layer's length counter) to `Dim.AUTO`, and
+every other leaf (None, bool, float, str, unregistered objects) to None, i.e. static.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+TensorDims = Callable[[torch.Tensor], Any]
+
+
+def dynamic_shapes_like(obj: Any, tensor_dims: TensorDims) -> Any:
+    """The `dynamic_shapes` entry for input `obj`; `tensor_dims(tensor)` gives each tensor's dims (or None)."""
+    if isinstance(obj, torch.Tensor):
+        return tensor_dims(obj)
+    if type(obj) is int:  # not bool: a bool is a flag, never a size
+        return torch.export.Dim.AUTO
+    node_type = pytree._get_node_type(obj)
+    if node_type in pytree.BUILTIN_TYPES:
+        node = pytree.SUPPORTED_NODES[node_type]
+        children, context = node.flatten_fn(obj)
+        return node.unflatten_fn([dynamic_shapes_like(child, tensor_dims) for child in children], context)
+    if node_type in pytree.SUPPORTED_NODES:
+        children, _ = pytree.SUPPORTED_NODES[node_type].flatten_fn(obj)
+        return dynamic_shapes_like(children, tensor_dims)
+    return None

@@ -1,0 +1,195 @@
+"""Tests of exportsmith.verify: tiny configs, seeded inputs, dynamic_shapes mirroring, and verify_model's verdicts.
+
+verify_model is exercised on stand-in packages put in sys.modules (the original llama class, or a subclass that
+perturbs its logits), with a test-only pytree registration of DynamicCache/DynamicLayer standing in for the one
+`import generated` makes.
+"""
+
+import json
+import sys
+import types
+from dataclasses import dataclass
+
+import pytest
+import torch
+import transformers
+from torch.utils import _pytree as pytree
+from transformers.cache_utils import DynamicCache, DynamicLayer
+from transformers.models.llama import modeling_llama
+
+from exportsmith.verify import verify_model
+from exportsmith.verify.inputs import DECODE_CASES, DECODE_EXAMPLE, PREFILL_CASES, PREFILL_EXAMPLE, case_inputs
+from exportsmith.verify.shapes import dynamic_shapes_like
+from exportsmith.verify.tiny import tiny_config
+
+DECODER_TYPES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gpt2", "mixtral", "olmo2", "granite", "qwen2_moe"]
+
+
+def build(model_type: str) -> torch.nn.Module:
+    config = tiny_config(model_type)
+    class_name = transformers.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
+    torch.manual_seed(0)
+    return getattr(transformers, class_name)(config).eval()
+
+
+@pytest.mark.parametrize("model_type", DECODER_TYPES)
+def test_tiny_config_builds_a_small_model_that_runs(model_type):
+    model = build(model_type)
+    config = model.config
+    assert sum(p.numel() for p in model.parameters()) < 1_000_000
+    for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        assert getattr(config, name, None) is None or 0 <= getattr(config, name) < config.vocab_size
+    if getattr(config, "layer_types", None) is not None:
+        assert len(config.layer_types) == config.num_hidden_layers == 2
+    with torch.no_grad():
+        out = model(input_ids=torch.randint(0, config.vocab_size, (2, 4)), use_cache=True)
+    assert out.logits.shape == (2, 4, config.vocab_size)
+    assert out.cache.get_seq_length() == 4
+
+
+def test_tiny_config_refuses_non_decoder_models():
+    with pytest.raises(ValueError, match="not a decoder LM"):
+        tiny_config("t5")
+
+
+def test_cases_cover_the_promised_shapes():
+    assert min(DECODE_EXAMPLE[1:]) >= 2 and min(PREFILL_EXAMPLE[1:3]) >= 2 and PREFILL_EXAMPLE.past == 0
+    assert {(c.batch, c.new_tokens, c.past) for c in DECODE_CASES} >= {(1, 1, 7), (3, 4, 2), (1, 6, 11), (4, 1, 9)}
+    assert any(c.batch == 1 for c in PREFILL_CASES) and all(c.past == 0 for c in PREFILL_CASES)
+
+
+@pytest.mark.parametrize("case", [DECODE_CASES[2], PREFILL_CASES[1]], ids=lambda c: c.name)
+def test_case_inputs_have_the_case_shapes_and_are_seeded(case):
+    model = build("llama")
+    vocab_size = model.config.vocab_size
+    inputs = case_inputs(model, vocab_size, case)
+    assert inputs["input_ids"].shape == (case.batch, case.new_tokens)
+    assert 0 <= inputs["input_ids"].min() and inputs["input_ids"].max() < vocab_size
+    assert torch.equal(inputs["attention_mask"], torch.ones(case.batch, case.past + case.new_tokens, dtype=torch.long))
+    assert inputs["use_cache"] is True
+    again = case_inputs(model, vocab_size, case)
+    assert torch.equal(inputs["input_ids"], again["input_ids"])
+    if case.past:
+        assert type(inputs["cache"]) is DynamicCache and inputs["cache"].get_seq_length() == case.past
+        assert inputs["cache"].layers[0].keys.shape[:1] == (case.batch,)
+        assert torch.equal(inputs["cache"].layers[0].keys, again["cache"].layers[0].keys)
+    else:
+        assert "cache" not in inputs
+
+
+@dataclass
+class Pair:
+    tensor: torch.Tensor
+    count: int
+    label: str
+
+
+@pytest.fixture
+def registered_pair():
+    pytree.register_pytree_node(
+        Pair,
+        lambda pair: ([pair.tensor, pair.count], pair.label),
+        lambda children, label: Pair(*children, label),
+    )
+    yield Pair
+    pytree._deregister_pytree_node(Pair)
+
+
+def test_dynamic_shapes_like_mirrors_nested_registered_nodes(registered_pair):
+    dim = torch.export.Dim.DYNAMIC
+    tree = {"a": [Pair(torch.zeros(2, 3), 5, "x"), None], "b": (torch.zeros(4), True, 1.5)}
+    shapes = dynamic_shapes_like(tree, lambda tensor: {0: dim} if tensor.dim() == 2 else None)
+    assert shapes == {"a": [[{0: dim}, torch.export.Dim.AUTO], None], "b": (None, None, None)}
+
+
+def test_dynamic_shapes_like_leaves_unregistered_objects_static():
+    assert dynamic_shapes_like(Pair(torch.zeros(1), 1, "x"), lambda tensor: {0: None}) is None
+
+
+# A test-only stand-in for the registration `import generated` makes: attributes holding tensors or lists are
+# children, the others go in a JSON context (so that torch.export.save works).
+def _flatten_with_keys(obj):
+    children = {name: value for name, value in vars(obj).items() if isinstance(value, (torch.Tensor, list))}
+    statics = [[name, str(value)] for name, value in vars(obj).items() if name not in children]
+    return [(pytree.GetAttrKey(name), value) for name, value in children.items()], [list(children), statics]
+
+
+def _unflatten(cls, children, context):
+    names, statics = context
+    obj = cls.__new__(cls)
+    obj.__dict__.update(zip(names, children))
+    parse = {"None": None, "True": True, "False": False}
+    obj.__dict__.update((name, parse[value] if value in parse else torch.device(value)) for name, value in statics)
+    return obj
+
+
+@pytest.fixture
+def cache_registered():
+    registered = []
+    for cls in (DynamicLayer, DynamicCache):
+        if cls not in pytree.SUPPORTED_NODES:
+            pytree.register_pytree_node(
+                cls,
+                lambda obj: ([value for _, value in _flatten_with_keys(obj)[0]], _flatten_with_keys(obj)[1]),
+                lambda children, context, cls=cls: _unflatten(cls, children, context),
+                serialized_type_name=f"test_verify.{cls.__name__}",
+                flatten_with_keys_fn=_flatten_with_keys,
+                to_dumpable_context=json.dumps,
+                from_dumpable_context=json.loads,
+            )
+            registered.append(cls)
+    # Loading a saved program unpickles its example inputs: the cache classes must be safe globals.
+    with torch.serialization.safe_globals([DynamicLayer, DynamicCache, torch.device]):
+        yield
+    for cls in registered:
+        pytree._deregister_pytree_node(cls)
+
+
+def install_package(monkeypatch, name: str, causal_lm_class: type) -> str:
+    """Put `<name>.llama` with `causal_lm_class` as its LlamaForCausalLM in sys.modules."""
+    llama = types.ModuleType(f"{name}.llama")
+    llama.LlamaForCausalLM = causal_lm_class
+    monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, f"{name}.llama", llama)
+    return name
+
+
+def perturbed_llama(when) -> type:
+    """A LlamaForCausalLM whose logits move by 1e-3 whenever `when()` is true."""
+
+    class LlamaForCausalLM(modeling_llama.LlamaForCausalLM):
+        def forward(self, input_ids=None, attention_mask=None, cache=None, use_cache=None):
+            out = super().forward(input_ids=input_ids, attention_mask=attention_mask, cache=cache, use_cache=use_cache)
+            if when():
+                out.logits = out.logits + 1e-3
+            return out
+
+    return LlamaForCausalLM
+
+
+def test_verify_passes_an_identical_copy(monkeypatch, cache_registered):
+    result = verify_model("llama", install_package(monkeypatch, "same_llama", modeling_llama.LlamaForCausalLM))
+    assert result.ok and result.eager_identical and result.failure is None, result.summary
+    assert len(result.cases) == len(DECODE_CASES) + len(PREFILL_CASES)
+    assert result.max_diff == 0.0 and set(result.export_seconds) == {"decode", "prefill"}
+    assert result.summary.startswith("llama: ok max|diff|=0 (decode ")
+
+
+def test_verify_reports_an_eager_mismatch(monkeypatch, cache_registered):
+    package = install_package(monkeypatch, "perturbed_llama", perturbed_llama(lambda: True))
+    result = verify_model("llama", package)
+    assert not result.ok and not result.eager_identical
+    assert result.failure == "eager-mismatch", result.summary
+    assert "max|diff|=0.001" in result.summary
+
+
+def test_verify_reports_an_exported_mismatch(monkeypatch, cache_registered):
+    package = install_package(monkeypatch, "export_perturbed_llama", perturbed_llama(torch.compiler.is_exporting))
+    result = verify_model("llama", package)
+    assert result.eager_identical and result.failure == "mismatch", result.summary
+    assert all(record.max_diff == pytest.approx(1e-3, abs=1e-5) for record in result.cases)
+
+
+def test_verify_never_raises():
+    assert verify_model("t5").failure == "build"
+    assert verify_model("llama", package="no_such_package_anywhere").failure == "build"
