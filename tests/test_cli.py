@@ -1,0 +1,96 @@
+"""The CLI through typer's CliRunner (plus one real subprocess): outputs, errors and exit codes."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from exportsmith.cli import app
+from exportsmith.discover import find_transformers
+
+ROOT = Path(__file__).parents[1]
+FIXTURE = ROOT / "tests" / "fixtures" / "cache_pytree" / "remote_code.in.py"
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_list_shows_every_codemod_with_its_description():
+    result = run("list")
+    assert result.exit_code == 0
+    assert result.stdout.startswith("cache-pytree\tRegisters Cache classes")
+
+
+def test_list_models_names_modules_and_their_types():
+    result = run("list", "--models")
+    assert result.exit_code == 0
+    assert "\nllama\tllama\n" in result.stdout
+
+
+def test_unknown_model_is_a_one_line_error_with_suggestions(tmp_path):
+    for command in (["generate", "lama", "--out", str(tmp_path / "g")], ["diff", "lama"], ["verify", "lama"]):
+        result = run(*command)
+        assert result.exit_code == 2, command
+        assert result.stderr.strip().splitlines() == [
+            f"error: unknown model 'lama' in transformers {find_transformers().version}; did you mean llama, mllama, llama4?"
+        ]
+    assert not (tmp_path / "g").exists()  # nothing half-written
+
+
+def test_generate_then_check_then_stale(tmp_path):
+    out = tmp_path / "generated"
+    assert run("generate", "gpt2", "--out", str(out)).exit_code == 0
+    assert (out / "gpt2" / "modeling_gpt2.py").is_file() and (out / "_shared" / "cache_utils.py").is_file()
+    result = run("check", str(out))
+    assert result.exit_code == 0 and "up to date" in result.stderr
+    (out / "gpt2" / "modeling_gpt2.py").write_text("# edited\n")
+    result = run("check", str(out))
+    assert result.exit_code == 1
+    assert "-# edited" in result.stdout and "is stale" in result.stderr
+
+
+def test_check_of_a_directory_without_models_fails(tmp_path):
+    result = run("check", str(tmp_path))
+    assert result.exit_code == 2 and "holds no generated model" in result.stderr
+
+
+def test_diff_prints_the_upstream_patch():
+    result = run("diff", "minimax")
+    assert result.exit_code == 0
+    assert "diff --git a/src/transformers/cache_utils.py b/src/transformers/cache_utils.py" in result.stdout
+    assert "+register_cache_pytree_node(MiniMaxCache)" in result.stdout
+
+
+def test_rewrite_prints_or_writes_and_reports_findings(tmp_path):
+    result = run("rewrite", str(FIXTURE))
+    assert result.exit_code == 0
+    assert result.stdout == FIXTURE.with_name("remote_code.out.py").read_text()
+    assert "rewritten class RemoteCache" in result.stderr
+    out = tmp_path / "out.py"
+    assert run("rewrite", str(FIXTURE), "-o", str(out)).exit_code == 0
+    assert out.read_text() == result.stdout
+
+
+def test_rewrite_of_bad_input_is_a_one_line_error(tmp_path):
+    broken = tmp_path / "broken.py"
+    broken.write_text("def f(:\n")
+    for path in (broken, tmp_path / "missing.py"):
+        result = run("rewrite", str(path))
+        assert result.exit_code == 2
+        assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: ")
+
+
+def test_verify_needs_a_generated_package(tmp_path):
+    result = run("verify", "llama", "--out", str(tmp_path / "nowhere"))
+    assert result.exit_code == 2 and "is not a generated package" in result.stderr
+
+
+def test_the_console_script_runs():
+    exe = shutil.which("exportsmith", path=str(Path(sys.executable).parent))
+    result = subprocess.run([exe, "list"], capture_output=True, text=True)
+    assert result.returncode == 0 and "cache-pytree" in result.stdout
