@@ -98,3 +98,12 @@ def test_unparsable_source_is_an_error_value_not_an_exception():
     change = run_codemods("def broken(:\n", "broken.py", None, codemods=(CachePytreeRegistration,))
     assert change.error is not None and "does not parse" in change.error
     assert change.rewritten == change.original
+
+
+def test_emitted_machinery_is_in_transformers_style():
+    import black
+
+    from codemods.cache_pytree import MACHINERY
+
+    assert black.format_str(MACHINERY, mode=black.Mode(line_length=119)) == MACHINERY.lstrip("\n")
+    assert max(len(line) for line in MACHINERY.splitlines()) <= 119

@@ -67,7 +67,7 @@ def generate(
     tf = _transformers()
     modules = sorted(set(_modules(tf, models)) | set(generated_modules(out)))
     try:
-        rendered = render(tf, modules)
+        rendered = render(tf, modules, progress=_say if len(modules) > 1 else None)
         write_tree(rendered.files, out)
     except USER_ERRORS as error:
         raise _fail(str(error)) from None
