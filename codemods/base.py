@@ -35,6 +35,11 @@ class Codemod(LibcstCodemod):
     NAME: str = ""
     DESCRIPTION: str = ""
 
+    @classmethod
+    def might_apply(cls, source: str) -> bool:
+        """A cheap textual test: False only when the codemod cannot change `source`, so the engine skips it."""
+        return True
+
     def transform_module(self, tree: cst.Module) -> cst.Module:
         # No codemod declares metadata dependencies, so skip libcst's defensive deep copy of the whole tree
         return self.transform_module_impl(tree)

@@ -20,6 +20,8 @@ registers a class is left alone for that class (idempotent). It never changes ex
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 import libcst.matchers as m
 from ._imports import add_from_import, add_plain_import
@@ -120,7 +122,12 @@ def register_cache_pytree_node(cls: type) -> None:
     serialized_type_name = f"{cls.__module__}.{cls.__qualname__}"
     node = torch.utils._pytree.SUPPORTED_NODES.get(cls)
     if node is not None:
-        if node.flatten_with_keys_fn is None or cls not in torch.utils._pytree.SUPPORTED_SERIALIZED_TYPES:
+        # torch records a registration made without a serialized name under a placeholder name
+        serialized = torch.utils._pytree.SUPPORTED_SERIALIZED_TYPES.get(cls)
+        unnamed = (
+            serialized is None or serialized.serialized_type_name == torch.utils._pytree.NO_SERIALIZED_TYPE_NAME_FOUND
+        )
+        if node.flatten_with_keys_fn is None or unnamed:
             raise ValueError(
                 f"{cls.__name__} is already registered as a pytree node by `{node.flatten_fn.__module__}`, without "
                 "the `flatten_with_keys_fn` and `serialized_type_name` that torch.export needs to export and save "
@@ -134,9 +141,9 @@ def register_cache_pytree_node(cls: type) -> None:
             serialized_type_name=serialized_type_name,
             flatten_with_keys_fn=_cache_flatten_with_keys,
         )
-        # Saved programs pickle their example inputs (caches hold devices); this lets `torch.export.load` read them
-        # back with `weights_only`
-        torch.serialization.add_safe_globals([cls, torch.device])
+    # Saved programs pickle their example inputs (caches hold devices); this lets `torch.export.load` read them back
+    # with `weights_only`, whoever registered the node
+    torch.serialization.add_safe_globals([cls, torch.device])
     _PYTREE_CACHE_CLASSES[serialized_type_name] = cls
 '''
 
@@ -180,24 +187,47 @@ def _cache_utils_imports(module: cst.Module) -> list[cst.ImportFrom]:
     ]
 
 
+_CACHE_UTILS_IMPORT = re.compile(r"^from [.\w]*cache_utils import (?:\(([^)]*)\)|([^(\n]*)$)", re.MULTILINE)
+_CACHE_NAMED_CLASS = re.compile(r"^class \w*Cache\b", re.MULTILINE)
+
+
 class CachePytreeRegistration(Codemod):
     NAME = "cache-pytree"
     DESCRIPTION = "Registers Cache classes and cache layers as pytree nodes, so torch.export takes and returns them."
+
+    @classmethod
+    def might_apply(cls, source: str) -> bool:
+        # A cache class is named *Cache (this covers `class Cache` of the API module) or derives from a name
+        # imported from cache_utils; most modeling files only import `Cache` for annotations.
+        if _CACHE_NAMED_CLASS.search(source):
+            return True
+        groups = [group for match in _CACHE_UTILS_IMPORT.findall(source) for group in match]
+        names = {name.strip().split(" as ")[-1] for group in groups for name in group.split(",")}
+        names.discard("")
+        if not names:
+            return False
+        bases = re.compile(r"^class \w+\([^)]*\b(" + "|".join(map(re.escape, sorted(names))) + r")\b", re.MULTILINE)
+        return bases.search(source) is not None
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         classes = [stmt for stmt in tree.body if isinstance(stmt, cst.ClassDef)]
         defines_api = {"Cache", "CacheLayerMixin"} <= {cls.name.value for cls in classes}
         imports = _cache_utils_imports(tree)
-        self.lines = top_level_lines(tree)
+        self.tree = tree
         registered = _registers(tree)
         todo = [cls for cls in self._cache_classes(classes, imports, defines_api) if cls.name.value not in registered]
         if not todo:
             return tree
         for cls in todo:
-            self.report(self.lines[id(cls)], "rewritten", f"class {cls.name.value}", "registered as a pytree node")
+            self.report(self._line(cls), "rewritten", f"class {cls.name.value}", "registered as a pytree node")
         if defines_api:
             return self._append_machinery(tree, todo)
         return self._import_register(self._register_after_classes(tree, todo), imports)
+
+    def _line(self, node: cst.ClassDef) -> int:
+        if not hasattr(self, "lines"):
+            self.lines = top_level_lines(self.tree)  # a full print: only when there is something to report
+        return self.lines[id(node)]
 
     def _cache_classes(
         self, classes: list[cst.ClassDef], imports: list[cst.ImportFrom], defines_api: bool
@@ -221,7 +251,7 @@ class CachePytreeRegistration(Codemod):
             if name in caches:
                 result.append(cls)
             elif name.endswith("Cache") and not defines_api:
-                self.report(self.lines[id(cls)], "note", f"class {name}", "registered because its name ends in `Cache`")
+                self.report(self._line(cls), "note", f"class {name}", "registered because its name ends in `Cache`")
                 result.append(cls)
         return result
 

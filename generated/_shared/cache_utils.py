@@ -119,7 +119,12 @@ def register_cache_pytree_node(cls: type) -> None:
     serialized_type_name = f"{cls.__module__}.{cls.__qualname__}"
     node = torch.utils._pytree.SUPPORTED_NODES.get(cls)
     if node is not None:
-        if node.flatten_with_keys_fn is None or cls not in torch.utils._pytree.SUPPORTED_SERIALIZED_TYPES:
+        # torch records a registration made without a serialized name under a placeholder name
+        serialized = torch.utils._pytree.SUPPORTED_SERIALIZED_TYPES.get(cls)
+        unnamed = (
+            serialized is None or serialized.serialized_type_name == torch.utils._pytree.NO_SERIALIZED_TYPE_NAME_FOUND
+        )
+        if node.flatten_with_keys_fn is None or unnamed:
             raise ValueError(
                 f"{cls.__name__} is already registered as a pytree node by `{node.flatten_fn.__module__}`, without "
                 "the `flatten_with_keys_fn` and `serialized_type_name` that torch.export needs to export and save "
@@ -133,9 +138,9 @@ def register_cache_pytree_node(cls: type) -> None:
             serialized_type_name=serialized_type_name,
             flatten_with_keys_fn=_cache_flatten_with_keys,
         )
-        # Saved programs pickle their example inputs (caches hold devices); this lets `torch.export.load` read them
-        # back with `weights_only`
-        torch.serialization.add_safe_globals([cls, torch.device])
+    # Saved programs pickle their example inputs (caches hold devices); this lets `torch.export.load` read them back
+    # with `weights_only`, whoever registered the node
+    torch.serialization.add_safe_globals([cls, torch.device])
     _PYTREE_CACHE_CLASSES[serialized_type_name] = cls
 
 
