@@ -1,4 +1,12 @@
+import os
+import tempfile
+
 import pytest
+
+
+def pytest_configure(config):
+    # Hermetic: the content-hash cache of this run starts empty and never touches the user's cache
+    os.environ["EXPORTSMITH_CACHE_DIR"] = tempfile.mkdtemp(prefix="exportsmith-test-cache-")
 
 
 def pytest_addoption(parser):

@@ -94,3 +94,18 @@ def test_the_console_script_runs():
     exe = shutil.which("exportsmith", path=str(Path(sys.executable).parent))
     result = subprocess.run([exe, "list"], capture_output=True, text=True)
     assert result.returncode == 0 and "cache-pytree" in result.stdout
+
+
+def test_generate_needs_models_or_all(tmp_path):
+    for args in ([], ["llama", "--all"]):
+        result = run("generate", *args, "--out", str(tmp_path / "g"))
+        assert result.exit_code == 2 and "or pass --all" in result.stderr
+
+
+def test_regenerating_an_up_to_date_directory_writes_nothing(tmp_path):
+    out = tmp_path / "generated"
+    assert run("generate", "gpt2", "--out", str(out)).exit_code == 0
+    stamp = (out / "gpt2" / "modeling_gpt2.py").stat().st_mtime_ns
+    result = run("generate", "gpt2", "--out", str(out))
+    assert result.exit_code == 0 and "already up to date" in result.stderr
+    assert (out / "gpt2" / "modeling_gpt2.py").stat().st_mtime_ns == stamp

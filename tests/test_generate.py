@@ -125,3 +125,38 @@ def test_committed_generated_is_up_to_date():
     committed = ROOT / "generated"
     modules = sorted(p.parent.name for p in committed.glob("*/__init__.py") if not p.parent.name.startswith("_"))
     assert stale_diff(render(TF, modules).files, committed) == ""
+
+
+def test_prefilter_never_skips_a_file_the_codemod_would_change():
+    from codemods import ALL_CODEMODS
+    from exportsmith.pipeline import run_codemods as run
+
+    sample = sorted(TF.root.glob("models/*/modeling_*.py"))[::25] + [TF.root / "cache_utils.py"]
+    sample += [TF.resolve(name).modeling[0] for name in ("minimax", "xlstm", "deepseek_v4", "mimi")]
+    for codemod in ALL_CODEMODS:
+        for path in sample:
+            source = path.read_text()
+            if not codemod.might_apply(source):
+                assert not run(source, TF.relpath(path), TF.module_name(path), codemods=(codemod,)).changed, path
+
+
+def test_cache_hits_skip_rendering_and_give_the_same_files(tmp_path, monkeypatch):
+    from exportsmith import generate
+    from exportsmith.content_cache import ContentCache
+
+    cache = ContentCache(tmp_path / "cache")
+    first = render(TF, ["gpt2", "minimax"], cache=cache)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("rendered although cached")
+
+    monkeypatch.setattr(generate, "_render_model", refuse)
+    monkeypatch.setattr(generate, "_render_shared", refuse)
+    again = render(TF, ["gpt2", "minimax"], cache=cache)
+    assert again.files == first.files
+    assert [c.diff() for c in again.changes] == [c.diff() for c in first.changes]
+    assert [c.findings for c in again.changes] == [c.findings for c in first.changes]
+
+
+def test_parallel_rendering_gives_the_serial_result(rendered):
+    assert render(TF, MODELS, jobs=2).files == rendered.files

@@ -6,6 +6,7 @@ Data goes to stdout (patches, rewritten source, listings), summaries and errors 
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import typer
 
 from codemods import ALL_CODEMODS
 
+from .content_cache import ContentCache
 from .discover import DiscoveryError, Transformers, find_transformers
 from .generate import GenerateError, generated_modules, render, stale_diff, write_tree
 from .pipeline import run_codemods
@@ -58,49 +60,71 @@ def list_(models: bool = typer.Option(False, "--models", help="List the model mo
         typer.echo(f"{codemod.NAME}\t{codemod.DESCRIPTION}")
 
 
+JOBS = typer.Option(os.cpu_count() or 1, "--jobs", "-j", help="Processes to render models in.")
+NO_CACHE = typer.Option(False, "--no-cache", help="Render everything, ignoring the content-hash cache.")
+
+
+def _render(tf: Transformers, modules: list[str], jobs: int, no_cache: bool):
+    progress = _say if len(modules) > 1 else None
+    try:
+        return render(tf, modules, progress=progress, jobs=jobs, cache=None if no_cache else ContentCache())
+    except USER_ERRORS as error:
+        raise _fail(str(error)) from None
+
+
 @app.command()
 def generate(
-    models: list[str] = typer.Argument(..., help="Model types or module names (llama, gpt2, qwen2_moe, ...)."),
+    models: list[str] = typer.Argument(None, help="Model types or module names (llama, gpt2, qwen2_moe, ...)."),
+    all_models: bool = typer.Option(False, "--all", help="Every model of the installed transformers."),
     out: Path = typer.Option(Path("generated"), "--out", help="The generated package directory."),
+    jobs: int = JOBS,
+    no_cache: bool = NO_CACHE,
 ):
     """Write the vendored, export-ready copies of MODELS (plus those already in OUT) to OUT, atomically."""
     tf = _transformers()
-    modules = sorted(set(_modules(tf, models)) | set(generated_modules(out)))
-    try:
-        rendered = render(tf, modules, progress=_say if len(modules) > 1 else None)
-        write_tree(rendered.files, out)
-    except USER_ERRORS as error:
-        raise _fail(str(error)) from None
+    if all_models == bool(models):
+        raise _fail("name the models to generate, or pass --all")
+    wanted = list(tf.models) if all_models else _modules(tf, models)
+    modules = sorted(set(wanted) | set(generated_modules(out)))
+    rendered = _render(tf, modules, jobs, no_cache)
     changed = sum(change.changed for change in rendered.changes)
-    _say(f"generated {len(modules)} model(s) into {out} from transformers {tf.version}: {changed} module(s) rewritten")
+    summary = f"{len(modules)} model(s) from transformers {tf.version}: {changed} module(s) rewritten"
+    if not stale_diff(rendered.files, out, names_only=True):
+        _say(f"{out} already up to date: {summary}")
+        return
+    try:
+        write_tree(rendered.files, out)
+    except OSError as error:
+        raise _fail(f"cannot write {out}: {error}") from None
+    _say(f"generated {summary} into {out}")
 
 
 @app.command()
 def diff(models: list[str] = typer.Argument(..., help="Model types or module names.")):
     """Print the upstream patch (paths a/src/transformers/...) for the shared modules and MODELS."""
     tf = _transformers()
-    try:
-        rendered = render(tf, _modules(tf, models))
-    except USER_ERRORS as error:
-        raise _fail(str(error)) from None
+    rendered = _render(tf, _modules(tf, models), jobs=1, no_cache=False)
     sys.stdout.write("".join(change.diff() for change in rendered.changes))
 
 
 @app.command()
-def check(out: Path = typer.Argument(Path("generated"), help="The generated package directory to check.")):
+def check(
+    out: Path = typer.Argument(Path("generated"), help="The generated package directory to check."),
+    jobs: int = JOBS,
+    no_cache: bool = NO_CACHE,
+):
     """Regenerate OUT in memory; exit 1 and show the difference when it is stale."""
     tf = _transformers()
     modules = generated_modules(out)
     if not modules:
         raise _fail(f"{out} holds no generated model")
-    try:
-        rendered = render(tf, modules)
-    except USER_ERRORS as error:
-        raise _fail(str(error)) from None
+    rendered = _render(tf, modules, jobs, no_cache)
     difference = stale_diff(rendered.files, out)
     if difference:
         sys.stdout.write(difference)
-        _say(f"{out} is stale for transformers {tf.version}; regenerate with: exportsmith generate --out {out} <models>")
+        _say(
+            f"{out} is stale for transformers {tf.version}; regenerate with: exportsmith generate --out {out} <models>"
+        )
         raise typer.Exit(1)
     _say(f"{out} is up to date for transformers {tf.version} ({len(modules)} models)")
 

@@ -47,10 +47,19 @@ class Transformers:
 
     @cached_property
     def model_types(self) -> dict[str, str]:
-        """model type -> module, for every model type of the auto mapping."""
-        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES, model_type_to_module_name
+        """model type -> module, for every model type of the auto mapping. Importing transformers' auto module costs
+        seconds, so the answer is cached under the digest of the file that defines it."""
+        from .content_cache import ContentCache, key
 
-        return {model_type: model_type_to_module_name(model_type) for model_type in sorted(CONFIG_MAPPING_NAMES)}
+        cache = ContentCache()
+        name = key("model-types", self.version, (self.root / "models" / "auto" / "configuration_auto.py").read_bytes())
+        found = cache.get(name)
+        if found is None:
+            from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES, model_type_to_module_name
+
+            found = {model_type: model_type_to_module_name(model_type) for model_type in sorted(CONFIG_MAPPING_NAMES)}
+            cache.put(name, found)
+        return found
 
     @cached_property
     def models(self) -> dict[str, ModelFiles]:
@@ -63,7 +72,9 @@ class Transformers:
             folder = self.root / "models" / module
             modeling = tuple(sorted(folder.glob("modeling_*.py")))
             if modeling:
-                result[module] = ModelFiles(module, tuple(types[module]), modeling, tuple(sorted(folder.glob("modular_*.py"))))
+                result[module] = ModelFiles(
+                    module, tuple(types[module]), modeling, tuple(sorted(folder.glob("modular_*.py")))
+                )
         return result
 
     @property

@@ -1,13 +1,14 @@
 """Runs the codemods over one module's source: source text in, a `Change` out.
 
-Parses once, applies the selected codemods in registry order on the same tree, and collects their findings. A file
+Parses once, applies the selected codemods in registry order on the same tree (skipping those whose cheap textual
+test says they cannot apply), and collects their findings. The tree stays on the `Change` for rendering. A file
 that does not parse gives a `Change` with an error, never an exception, so one bad file cannot stop a run.
 """
 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 
 import libcst as cst
 from libcst.codemod import CodemodContext, SkipFile
@@ -25,10 +26,28 @@ class Change:
     findings: tuple[Finding, ...] = ()
     applied: tuple[str, ...] = ()  # names of the codemods that changed the module
     error: str | None = None
+    # The parsed rewritten module, so rendering does not parse again; not part of the value
+    tree: cst.Module | None = field(default=None, compare=False, repr=False)
 
     @property
     def changed(self) -> bool:
         return self.rewritten != self.original
+
+    def to_json(self) -> dict:
+        """Everything but the original text (which the caller has) and the tree."""
+        return {
+            "relpath": self.relpath,
+            "rewritten": self.rewritten if self.changed else None,
+            "findings": [list(astuple(finding)) for finding in self.findings],
+            "applied": list(self.applied),
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict, original: str) -> "Change":
+        findings = tuple(Finding(*finding) for finding in data["findings"])
+        rewritten = original if data["rewritten"] is None else data["rewritten"]
+        return cls(data["relpath"], original, rewritten, findings, tuple(data["applied"]), data["error"])
 
     def diff(self, prefix: str = "src/transformers/") -> str:
         """A git-style unified diff against the transformers source tree; empty when nothing changed."""
@@ -64,6 +83,8 @@ def run_codemods(
         return Change(relpath, source, source, error=f"does not parse: {message}")
     run = _Run()
     for codemod in codemods:
+        if not codemod.might_apply(source):
+            continue
         context = CodemodContext(filename=relpath, full_module_name=module_name)
         try:
             new_tree = codemod(context).transform_module(tree)
@@ -73,4 +94,5 @@ def run_codemods(
         if new_tree is not tree and new_tree.code != tree.code:
             run.applied.append(codemod.NAME)
         tree = new_tree
-    return Change(relpath, source, tree.code, tuple(sorted(run.findings)), tuple(run.applied))
+    rewritten = tree.code if run.applied else source
+    return Change(relpath, source, rewritten, tuple(sorted(run.findings)), tuple(run.applied), tree=tree)

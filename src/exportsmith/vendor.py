@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import builtins
 import hashlib
+import re
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
@@ -85,12 +86,25 @@ class _VendorImports(cst.CSTTransformer):
         return cst.FlattenSentinel([updated_node.with_changes(body=[absolute.with_changes(names=kept)]), redirect])
 
 
+_NESTED_RELATIVE_IMPORT = re.compile(r"^[ \t]+from \.", re.MULTILINE)
+
+
 def vendor_module(
     change: Change, module_name: str, version: str, added_names: dict[str, frozenset[str]], regenerate: str
 ) -> str:
     """The vendored text of a rewritten model module (`module_name` is its dotted name inside transformers)."""
     depth = module_name.count(".") - 2  # transformers.models.<module>.<file> -> generated.<module>.<file>
-    tree = cst.parse_module(change.rewritten).visit(_VendorImports(module_name, added_names, depth))
+    tree = change.tree if change.tree is not None else cst.parse_module(change.rewritten)
+    transformer = _VendorImports(module_name, added_names, depth)
+    if _NESTED_RELATIVE_IMPORT.search(change.rewritten):
+        tree = tree.visit(transformer)
+    else:  # imports only at the top level: no need to walk every node
+        body = []
+        for stmt in tree.body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                stmt = transformer.leave_SimpleStatementLine(stmt, stmt)
+            body.extend(stmt.nodes if isinstance(stmt, cst.FlattenSentinel) else [stmt])
+        tree = tree.with_changes(body=body)
     return header(change, version, regenerate) + tree.code
 
 
