@@ -4,8 +4,9 @@ What it rewrites:
 - the module that defines the cache API (`cache_utils.py`: it defines `Cache` and `CacheLayerMixin`) gets the
   registration machinery (`register_cache_pytree_node` and its flatten/unflatten functions) appended, followed by one
   registration per concrete cache and cache-layer class, in source order;
-- any other module that defines a cache gets `register_cache_pytree_node(<Class>)` right after each such class, and the
-  name added to its `cache_utils` import. A class is a cache when it derives from a class of `cache_utils` (directly,
+- any other module that defines a cache gets `@register_cache_pytree_node` on each such class, and the name added to
+  its `cache_utils` import. A decorator, not a call after the class: transformers' modular converter copies a class
+  with its decorators into every model that inherits it, so generated modeling files stay consistent. A class is a cache when it derives from a class of `cache_utils` (directly,
   or through a class of the same module) or, as transformers' own exporters decide, when its name ends in `Cache`
   (reported as a finding, since that is a naming convention and not a type).
 
@@ -113,11 +114,12 @@ def _cache_unflatten(cls, children, context):
     return cache
 
 
-def register_cache_pytree_node(cls: type) -> None:
+def register_cache_pytree_node(cls: type) -> type:
     """
     Registers `cls` (a cache or a cache layer) as a pytree node, so that `torch.export` accepts it as an input and an
-    output, and `torch.export.save`/`load` serialize it. Idempotent. A registration made earlier by other code is
-    reused when it supports export and serialization, and refused otherwise: a class never gets a second node type.
+    output, and `torch.export.save`/`load` serialize it. Returns `cls`, so it also works as a class decorator.
+    Idempotent. A registration made earlier by other code is reused when it supports export and serialization, and
+    refused otherwise: a class never gets a second node type.
     """
     serialized_type_name = f"{cls.__module__}.{cls.__qualname__}"
     node = torch.utils._pytree.SUPPORTED_NODES.get(cls)
@@ -145,6 +147,7 @@ def register_cache_pytree_node(cls: type) -> None:
     # with `weights_only`, whoever registered the node
     torch.serialization.add_safe_globals([cls, torch.device])
     _PYTREE_CACHE_CLASSES[serialized_type_name] = cls
+    return cls
 '''
 
 
@@ -169,10 +172,13 @@ def _is_cache_utils_import(node: cst.ImportFrom) -> bool:
 
 
 def _registers(module: cst.Module) -> set[str]:
-    """Class names that the module already passes to `register_cache_pytree_node`."""
+    """Class names that the module already registers, by a call or as a decorator."""
     found = set()
     for call in m.findall(module, m.Call(func=m.Name(REGISTER), args=[m.Arg(value=m.Name())])):
         found.add(call.args[0].value.value)
+    for stmt in module.body:
+        if isinstance(stmt, cst.ClassDef) and any(m.matches(d.decorator, m.Name(REGISTER)) for d in stmt.decorators):
+            found.add(stmt.name.value)
     return found
 
 
@@ -222,7 +228,7 @@ class CachePytreeRegistration(Codemod):
             self.report(self._line(cls), "rewritten", f"class {cls.name.value}", "registered as a pytree node")
         if defines_api:
             return self._append_machinery(tree, todo)
-        return self._import_register(self._register_after_classes(tree, todo), imports)
+        return self._import_register(self._decorate_classes(tree, todo), imports)
 
     def _line(self, node: cst.ClassDef) -> int:
         if not hasattr(self, "lines"):
@@ -273,14 +279,14 @@ class CachePytreeRegistration(Codemod):
                 tree = add_plain_import(tree, name)
         return tree
 
-    def _register_after_classes(self, tree: cst.Module, todo: list[cst.ClassDef]) -> cst.Module:
+    def _decorate_classes(self, tree: cst.Module, todo: list[cst.ClassDef]) -> cst.Module:
         wanted = {cls.name.value for cls in todo}
         body = []
         for stmt in tree.body:
-            body.append(stmt)
             if isinstance(stmt, cst.ClassDef) and stmt.name.value in wanted:
-                call = cst.parse_statement(f"{REGISTER}({stmt.name.value})")
-                body.append(call.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]))
+                # Outermost, so that it registers the class other decorators (e.g. @dataclass) return
+                stmt = stmt.with_changes(decorators=[cst.Decorator(cst.Name(REGISTER)), *stmt.decorators])
+            body.append(stmt)
         return tree.with_changes(body=body)
 
     def _import_register(self, tree: cst.Module, imports: list[cst.ImportFrom]) -> cst.Module:

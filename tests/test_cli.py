@@ -63,7 +63,7 @@ def test_diff_prints_the_upstream_patch():
     result = run("diff", "minimax")
     assert result.exit_code == 0
     assert "diff --git a/src/transformers/cache_utils.py b/src/transformers/cache_utils.py" in result.stdout
-    assert "+register_cache_pytree_node(MiniMaxCache)" in result.stdout
+    assert "+@register_cache_pytree_node\n class MiniMaxCache(DynamicCache):" in result.stdout
 
 
 def test_rewrite_prints_or_writes_and_reports_findings(tmp_path):

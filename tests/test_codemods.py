@@ -88,7 +88,7 @@ def test_cache_named_by_convention_is_reported():
 
 
 def test_refusals_leave_the_module_unchanged():
-    for case in ("already_registered", "no_cache"):
+    for case in ("already_registered", "already_decorated", "no_cache"):
         change = _run(FIXTURES / "cache_pytree" / f"{case}.in.py")
         assert not change.changed, case
         assert change.applied == ()

@@ -110,11 +110,12 @@ def _cache_unflatten(cls, children, context):
     return cache
 
 
-def register_cache_pytree_node(cls: type) -> None:
+def register_cache_pytree_node(cls: type) -> type:
     """
     Registers `cls` (a cache or a cache layer) as a pytree node, so that `torch.export` accepts it as an input and an
-    output, and `torch.export.save`/`load` serialize it. Idempotent. A registration made earlier by other code is
-    reused when it supports export and serialization, and refused otherwise: a class never gets a second node type.
+    output, and `torch.export.save`/`load` serialize it. Returns `cls`, so it also works as a class decorator.
+    Idempotent. A registration made earlier by other code is reused when it supports export and serialization, and
+    refused otherwise: a class never gets a second node type.
     """
     serialized_type_name = f"{cls.__module__}.{cls.__qualname__}"
     node = torch.utils._pytree.SUPPORTED_NODES.get(cls)
@@ -142,6 +143,7 @@ def register_cache_pytree_node(cls: type) -> None:
     # with `weights_only`, whoever registered the node
     torch.serialization.add_safe_globals([cls, torch.device])
     _PYTREE_CACHE_CLASSES[serialized_type_name] = cls
+    return cls
 
 
 register_cache_pytree_node(DynamicLayer)

@@ -6,6 +6,7 @@ Data goes to stdout (patches, rewritten source, listings), summaries and errors 
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from .content_cache import ContentCache
 from .discover import DiscoveryError, Transformers, find_transformers
 from .generate import GenerateError, generated_modules, render, stale_diff, write_tree
 from .pipeline import run_codemods
+from .upstream import patch_series, patch_text
 from .vendor import VendorError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0])
@@ -100,11 +102,38 @@ def generate(
 
 
 @app.command()
-def diff(models: list[str] = typer.Argument(..., help="Model types or module names.")):
-    """Print the upstream patch (paths a/src/transformers/...) for the shared modules and MODELS."""
+def diff(
+    models: list[str] = typer.Argument(None, help="Model types or module names."),
+    all_models: bool = typer.Option(False, "--all", help="Every model of the installed transformers."),
+    out: Path = typer.Option(None, "--out", help="Write a patch series with PR descriptions here."),
+    records: Path = typer.Option(
+        Path("generated"), "--records", help="Where `verify --record` left VERIFY.json files (for the PR texts)."
+    ),
+    jobs: int = JOBS,
+):
+    """Print the upstream patch (paths a/src/transformers/...) for the shared modules and MODELS, or write it to
+    OUT as a numbered patch series (`series` gives the order) with a PR description beside each patch."""
     tf = _transformers()
-    rendered = _render(tf, _modules(tf, models), jobs=1, no_cache=False)
-    sys.stdout.write("".join(change.diff() for change in rendered.changes))
+    if all_models == bool(models):
+        raise _fail("name the models to diff, or pass --all")
+    modules = list(tf.models) if all_models else _modules(tf, models)
+    rendered = _render(tf, modules, jobs, no_cache=False)
+    if out is None:
+        sys.stdout.write("".join(patch_text(changes) for changes in rendered.groups.values()))
+        return
+    found = {}
+    for module in modules:
+        path = records / module / "VERIFY.json"
+        if path.is_file():
+            record = json.loads(path.read_text(encoding="utf-8"))
+            found[record["model_type"]] = record
+    model_types = {module: list(tf.models[module].model_types) for module in modules}
+    files = patch_series(rendered.groups, found, model_types, tf.version)
+    try:
+        write_tree(files, out)
+    except OSError as error:
+        raise _fail(f"cannot write {out}: {error}") from None
+    _say(f"wrote {len(files) // 2} patch(es) with PR descriptions to {out} (order: {out / 'series'})")
 
 
 @app.command()
@@ -155,13 +184,19 @@ def rewrite(
 def verify(
     models: list[str] = typer.Argument(..., help="Model types (decoder LMs)."),
     out: Path = typer.Option(Path("generated"), "--out", help="The generated package directory to verify."),
+    record: bool = typer.Option(
+        False, "--record", help="Write OUT/<model>/VERIFY.json, with the original's export error (for PR texts)."
+    ),
 ):
     """Check the generated copies: eager bit-identity, export with dynamic shapes, exported vs eager at other shapes."""
     tf = _transformers()
-    _modules(tf, models)  # clear error for unknown names before any model is built
+    modules = {name: tf.resolve(name).module for name in _modules_checked(tf, models)}
     if not (out / "__init__.py").is_file():
         raise _fail(f"{out} is not a generated package; run: exportsmith generate {' '.join(models)} --out {out}")
-    from .verify import verify_model  # torch is imported only by the commands that need it
+    import torch  # torch is imported only by the commands that need it
+
+    from .verify import verify_model
+    from .verify.baseline import original_export_error
 
     sys.path.insert(0, str(out.resolve().parent))
     failed = 0
@@ -170,10 +205,24 @@ def verify(
         result = verify_model(name, package=out.resolve().name)
         typer.echo(result.summary)
         failed += not result.ok
+        if record:
+            data = {
+                **result.record(),
+                "transformers": tf.version,
+                "torch": torch.__version__,
+                "original_export_error": original_export_error(name),
+            }
+            path = out / modules[name] / "VERIFY.json"
+            path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     if failed:
         _say(f"{failed} of {len(models)} model(s) failed verification")
         raise typer.Exit(1)
     _say(f"{len(models)} model(s) verified")
+
+
+def _modules_checked(tf: Transformers, names: list[str]) -> list[str]:
+    _modules(tf, names)  # one clear error for unknown names before any model is built
+    return names
 
 
 def main() -> None:

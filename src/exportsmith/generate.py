@@ -34,7 +34,12 @@ BLACK = black.Mode(line_length=119)
 @dataclass(frozen=True)
 class Rendered:
     files: dict[str, str]  # path inside the output directory -> text
-    changes: tuple[Change, ...]  # every module that went through the codemods, shared modules first
+    # SHARED_PACKAGE, then each model module -> the modules of transformers that went through the codemods for it
+    groups: dict[str, tuple[Change, ...]]
+
+    @property
+    def changes(self) -> tuple[Change, ...]:
+        return tuple(change for group in self.groups.values() for change in group)
 
 
 def _change(tf: Transformers, path: Path) -> Change:
@@ -128,10 +133,13 @@ def _render_shared(tf: Transformers) -> dict:
 
 
 def _render_model(tf: Transformers, module: str, added: dict[str, list[str]]) -> dict:
-    """The vendored package of one model module, as JSON-able data (it crosses processes and the cache)."""
+    """The vendored package of one model module, as JSON-able data (it crosses processes and the cache). Modular
+    files go through the same codemods: they are not vendored, but the upstream patch must edit them too, or
+    transformers' `check_modular_conversion` rejects it."""
     model = tf.models[module]
     added_sets = {name: frozenset(names) for name, names in added.items()}
     changes = [_change(tf, path) for path in model.modeling]
+    sources = [_change(tf, path) for path in model.modular]
     files = {}
     for change in changes:
         if change.error:
@@ -139,11 +147,12 @@ def _render_model(tf: Transformers, module: str, added: dict[str, list[str]]) ->
         name = tf.module_name(tf.root / change.relpath)
         text = vendor_module(change, name, tf.version, added_sets, f"exportsmith generate {module}")
         files[f"{module}/{Path(change.relpath).name}"] = text
-    if not any(change.error for change in changes):
+    everything = sorted(changes + sources, key=lambda change: change.relpath)
+    if not any(change.error for change in everything):
         files[f"{module}/__init__.py"] = _model_init(model, changes, tf.version)
-        files[f"{module}/{PATCH}"] = "".join(change.diff() for change in changes)
-        files[f"{module}/REWRITES.md"] = _record(model, changes)
-    return {"files": files, "changes": [change.to_json() for change in changes]}
+        files[f"{module}/{PATCH}"] = "".join(change.diff() for change in everything)
+        files[f"{module}/REWRITES.md"] = _record(model, everything)
+    return {"files": files, "changes": [change.to_json() for change in everything]}
 
 
 def _cached(cache: ContentCache | None, name: str, compute: Callable[[], dict]) -> dict:
@@ -154,6 +163,10 @@ def _cached(cache: ContentCache | None, name: str, compute: Callable[[], dict]) 
         value = compute()
         cache.put(name, value)
     return value
+
+
+def _model_inputs(model: ModelFiles) -> tuple[Path, ...]:
+    return model.modeling + model.modular
 
 
 def _inputs_key(tf: Transformers, label: str, paths: tuple[Path, ...], *extra: str) -> str:
@@ -178,7 +191,7 @@ def render(
     shared = _cached(cache, _inputs_key(tf, "shared", tf.shared_modules), lambda: _render_shared(tf))
     added = shared["added"]
     added_key = json.dumps(added, sort_keys=True)
-    keys = {module: _inputs_key(tf, module, tf.models[module].modeling, added_key) for module in modules}
+    keys = {module: _inputs_key(tf, module, _model_inputs(tf.models[module]), added_key) for module in modules}
     results = {}
     missing = []
     for module in modules:
@@ -197,18 +210,20 @@ def render(
             progress(f"[{done}/{len(modules)}] {module}")
 
     files = dict(shared["files"])
-    changes = []
-    for data in shared["changes"]:
-        changes.append(Change.from_json(data, (tf.root / data["relpath"]).read_text(encoding="utf-8")))
+
+    def changes(data: list[dict]) -> tuple[Change, ...]:
+        return tuple(Change.from_json(d, (tf.root / d["relpath"]).read_text(encoding="utf-8")) for d in data)
+
+    groups = {SHARED_PACKAGE: changes(shared["changes"])}
     for module in modules:
         files.update(results[module]["files"])
-        for data in results[module]["changes"]:
-            changes.append(Change.from_json(data, (tf.root / data["relpath"]).read_text(encoding="utf-8")))
-    errors = [f"{change.relpath}: {change.error}" for change in changes if change.error]
+        groups[module] = changes(results[module]["changes"])
+    files["__init__.py"] = _package_init(tf.version, modules)
+    rendered = Rendered(dict(sorted(files.items())), groups)
+    errors = [f"{change.relpath}: {change.error}" for change in rendered.changes if change.error]
     if errors:
         raise GenerateError("; ".join(errors))
-    files["__init__.py"] = _package_init(tf.version, modules)
-    return Rendered(dict(sorted(files.items())), tuple(changes))
+    return rendered
 
 
 def _map(function: Callable[[str], dict], modules: list[str], jobs: int):
@@ -235,8 +250,17 @@ def generated_modules(out: Path) -> list[str]:
     return sorted(p.parent.name for p in out.glob("*/__init__.py") if not p.parent.name.startswith("_"))
 
 
-def write_tree(files: dict[str, str], out: Path, keep: tuple[str, ...] = ("COVERAGE.md", "COVERAGE.json")) -> None:
-    """Replaces `out` with exactly `files` (plus the `keep` files already there) in one rename, so an interrupted run
+# Files that other commands write into the output directory (verification records, coverage tables): generation
+# keeps them where their directory still exists, and `check` does not compare them.
+RECORDS = ("COVERAGE.md", "COVERAGE.json", "EAGER.json", "VERIFY.json")
+
+
+def _records(out: Path) -> list[Path]:
+    return [p for p in sorted(out.rglob("*")) if p.name in RECORDS and p.is_file()] if out.is_dir() else []
+
+
+def write_tree(files: dict[str, str], out: Path) -> None:
+    """Replaces `out` with exactly `files` (plus the records already there) in one rename, so an interrupted run
     leaves the old tree or the new one, never a mix."""
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -246,9 +270,10 @@ def write_tree(files: dict[str, str], out: Path, keep: tuple[str, ...] = ("COVER
             path = staging / relpath
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
-        for name in keep:
-            if (out / name).is_file():
-                shutil.copy2(out / name, staging / name)
+        for record in _records(out):
+            target = staging / record.relative_to(out)
+            if target.parent.is_dir():
+                shutil.copy2(record, target)
         old = None
         if out.exists():
             old = out.with_name(f".{out.name}.old")
@@ -264,7 +289,6 @@ def write_tree(files: dict[str, str], out: Path, keep: tuple[str, ...] = ("COVER
 def stale_diff(
     files: dict[str, str],
     out: Path,
-    keep: tuple[str, ...] = ("COVERAGE.md", "COVERAGE.json"),
     names_only: bool = False,
 ) -> str:
     """A unified diff from what `out` holds to what it should hold; empty when it is up to date. With `names_only`,
@@ -273,7 +297,7 @@ def stale_diff(
         {
             p.relative_to(out).as_posix(): p
             for p in sorted(out.rglob("*"))
-            if p.is_file() and "__pycache__" not in p.parts and p.name not in keep
+            if p.is_file() and "__pycache__" not in p.parts and p.name not in RECORDS
         }
         if out.is_dir()
         else {}

@@ -20,7 +20,7 @@ import math
 import os
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import torch
 from torch.utils import _pytree as pytree
@@ -94,6 +94,17 @@ class VerifyResult:
             return f"{self.model_type}: FAIL {self.failure}: {self.message}"
         seconds = ", ".join(f"{program} {s:.1f}s" for program, s in self.export_seconds.items())
         return f"{self.model_type}: ok max|diff|={self.max_diff:.3g} ({seconds})"
+
+    def record(self) -> dict:
+        """The deterministic part of the result (no timings), for `generated/<model>/VERIFY.json`."""
+        return {
+            "model_type": self.model_type,
+            "ok": self.ok,
+            "failure": self.failure,
+            "message": self.message,
+            "eager_identical": self.eager_identical,
+            "cases": [asdict(case) for case in self.cases],
+        }
 
     def fail(self, kind: str, message: str) -> "VerifyResult":
         if kind not in FAILURE_KINDS:

@@ -1,0 +1,160 @@
+"""The upstream patches: they apply to a pristine transformers tree, and the patched transformers exports."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from exportsmith.discover import find_transformers
+from exportsmith.generate import generated_modules, render
+from exportsmith.upstream import generated_from, patch_series
+
+ROOT = Path(__file__).parents[1]
+TF = find_transformers()
+
+
+def pristine_tree(root: Path, only: list[str] | None = None) -> Path:
+    """`root/src/transformers` laid out from the installed package (or just the files `only` names, enough for
+    `git apply`), as a git work tree."""
+    target = root / "src" / "transformers"
+    if only is None:
+        shutil.copytree(TF.root, target, ignore=shutil.ignore_patterns("__pycache__"))
+    for relpath in only or ():
+        (target / relpath).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(TF.root / relpath, target / relpath)
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    return root
+
+
+def apply(root: Path, patch: Path) -> None:
+    result = subprocess.run(["git", "apply", str(patch)], cwd=root, capture_output=True, text=True)
+    assert result.returncode == 0, f"{patch.name}: {result.stderr}"
+
+
+# Runs with the patched transformers first on sys.path and without `generated`: exports the ORIGINAL classes.
+PATCHED_EXPORT = """
+import json, sys
+import torch
+import transformers
+from torch.utils import _pytree as pytree
+from transformers import AutoModelForCausalLM, DynamicCache
+from exportsmith.verify.check import export_program, max_abs_diff
+from exportsmith.verify.inputs import DECODE_CASES, DECODE_EXAMPLE, case_inputs
+from exportsmith.verify.tiny import tiny_config
+assert "generated" not in sys.modules
+result = {"transformers": transformers.__file__, "registered": DynamicCache in pytree.SUPPORTED_NODES, "diffs": {}}
+for model_type in sys.argv[1:]:
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(tiny_config(model_type)).eval()
+    program = export_program(model, case_inputs(model, model.config.vocab_size, DECODE_EXAMPLE)).module()
+    diffs = []
+    for case in DECODE_CASES:
+        with torch.no_grad():
+            expected = model(**case_inputs(model, model.config.vocab_size, case))
+            diffs.append(max_abs_diff(expected, program(**case_inputs(model, model.config.vocab_size, case))))
+    result["diffs"][model_type] = diffs
+print(json.dumps(result))
+"""
+
+
+def test_committed_patches_apply_and_the_patched_transformers_exports(tmp_path):
+    root = pristine_tree(tmp_path)
+    patches = [ROOT / "generated" / "_shared" / "upstream.patch"]
+    patches += [ROOT / "generated" / module / "upstream.patch" for module in generated_modules(ROOT / "generated")]
+    for patch in patches:
+        if patch.read_text():
+            apply(root, patch)
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}
+    models = ["llama", "gpt2", "qwen2_moe"]
+    result = subprocess.run(
+        [sys.executable, "-c", PATCHED_EXPORT, *models], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    data = json.loads(result.stdout.strip().splitlines()[-1])
+    assert data["transformers"].startswith(str(root))  # the patched tree, not the installed package
+    assert data["registered"]  # importing transformers registers the caches: no `generated` needed
+    for model in models:  # like the generated copies: exact at every shape (see test_generated_models)
+        assert data["diffs"][model] == [0.0] * len(data["diffs"][model]), model
+
+
+@pytest.fixture(scope="module")
+def series():
+    """The `--all` series. Models that no codemod's prefilter admits have empty patches (a property the generate
+    tests check), so rendering only the admitted ones gives the same series in a fraction of the time."""
+    from codemods import ALL_CODEMODS
+
+    def admitted(module: str) -> bool:
+        paths = TF.models[module].modeling + TF.models[module].modular
+        return any(codemod.might_apply(path.read_text()) for codemod in ALL_CODEMODS for path in paths)
+
+    rendered = render(TF, [module for module in TF.models if admitted(module)], jobs=os.cpu_count() or 1)
+    model_types = {module: list(TF.models[module].model_types) for module in TF.models}
+    return rendered, patch_series(rendered.groups, {}, model_types, TF.version)
+
+
+def test_the_all_models_series_applies_in_order(tmp_path, series):
+    rendered, files = series
+    root = pristine_tree(tmp_path, only=[change.relpath for change in rendered.changes if change.changed])
+    order = files["series"].split()
+    assert order[0] == "0000-shared.patch" and len(order) > 10
+    for name in order:
+        (tmp_path / name).write_text(files[name])
+        apply(root, tmp_path / name)
+        assert files[name.replace(".patch", ".md")].startswith("# torch.export support: ")
+
+
+def test_a_model_with_a_modular_file_gets_its_modular_file_edited(series):
+    rendered, files = series
+    minimax = {change.relpath: change for change in rendered.groups["minimax"] if change.changed}
+    assert set(minimax) == {"models/minimax/modeling_minimax.py", "models/minimax/modular_minimax.py"}
+    assert generated_from(minimax["models/minimax/modeling_minimax.py"]) == (
+        "src/transformers/models/minimax/modular_minimax.py"
+    )
+    text = next(text for name, text in files.items() if name.endswith("-minimax.md"))
+    assert "| `src/transformers/models/minimax/modular_minimax.py` | source (modular file) |" in text
+    assert "generated from `src/transformers/models/minimax/modular_minimax.py`" in text
+
+
+def test_a_class_inherited_through_the_modular_converter_is_explained(series):
+    _, files = series
+    text = next(text for name, text in files.items() if name.endswith("-edgetam_video.md"))
+    assert "come into it from another model's modular file" in text
+
+
+def test_pr_text_quotes_the_recorded_error_and_verification():
+    from exportsmith.upstream import pr_description
+
+    rendered = render(TF, ["minimax"])
+    record = {
+        "model_type": "minimax",
+        "ok": True,
+        "eager_identical": True,
+        "transformers": TF.version,
+        "torch": "2.13.0",
+        "original_export_error": "ValueError: Unsupported input type <class 'DynamicCache'>",
+        "cases": [dict(program="decode", name="x", batch=1, new_tokens=1, past=7, max_diff=0.0, error=None)],
+    }
+    text = pr_description("minimax", rendered.groups["minimax"], {"minimax": record}, TF.version)
+    assert "```\nValueError: Unsupported input type <class 'DynamicCache'>\n```" in text
+    assert "| decode | x | 1 | 1 | 7 | 0 |" in text
+
+
+def test_patches_are_byte_stable_across_processes(tmp_path):
+    outputs = []
+    for seed in ("1", "999"):
+        out = tmp_path / seed
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        subprocess.run(
+            [sys.executable, "-m", "exportsmith", "diff", "minimax", "llama", "--out", str(out)],
+            check=True,
+            env=env,
+            capture_output=True,
+        )
+        outputs.append({p.name: p.read_bytes() for p in sorted(out.iterdir())})
+    assert outputs[0] == outputs[1] and "series" in outputs[0]
