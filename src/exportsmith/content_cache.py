@@ -26,13 +26,20 @@ def default_directory() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "exportsmith"
 
 
+# Modules that never influence what generation renders: editing them must not invalidate the cache.
+NOT_RENDERING = ("verify", "cli.py", "__main__.py")
+
+
 @cache
 def tool_fingerprint() -> str:
-    """A digest of exportsmith's and the codemods' source: any change to the tool changes every key."""
+    """A digest of the source that renders (exportsmith's engine and the codemods): any change to it changes every
+    key."""
     digest = hashlib.sha256(__version__.encode())
     for package in (Path(__file__).parent, Path(codemods.__file__).parent):
         for path in sorted(package.rglob("*.py")):
-            digest.update(path.name.encode())
+            if path.relative_to(package).parts[0] in NOT_RENDERING:
+                continue
+            digest.update(path.relative_to(package).as_posix().encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()
 
