@@ -161,3 +161,16 @@ def test_cache_hits_skip_rendering_and_give_the_same_files(tmp_path, monkeypatch
 
 def test_parallel_rendering_gives_the_serial_result(rendered):
     assert render(TF, MODELS, jobs=2).files == rendered.files
+
+
+def test_regeneration_keeps_verification_records_and_check_ignores_them(tmp_path, rendered):
+    out = tmp_path / "generated"
+    write_tree(rendered.files, out)
+    (out / "llama" / "VERIFY.json").write_text("{}\n")
+    (out / "COVERAGE.md").write_text("# coverage\n")
+    assert stale_diff(rendered.files, out) == ""
+    write_tree(rendered.files, out)
+    assert (out / "llama" / "VERIFY.json").read_text() == "{}\n" and (out / "COVERAGE.md").is_file()
+    files = {path: text for path, text in rendered.files.items() if not path.startswith("llama/")}
+    write_tree(files, out)  # llama is gone: so is its record
+    assert not (out / "llama").exists()
