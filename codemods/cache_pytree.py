@@ -37,13 +37,15 @@ CACHE_ROOTS = frozenset({"Cache", "CacheLayerMixin", "LinearAttentionCacheLayerM
 MACHINERY = '''
 
 # torch.export support: caches and cache layers are pytree nodes, so an exported program can take and return them.
-# A node's children are the attributes holding tensors, nested caches or Python ints (counters that torch.export can
-# keep dynamic); all other attributes go into a JSON context, so that `torch.export.save`/`load` round-trip it exactly.
+# A node's children are the attributes holding tensors or nested caches, and its counters: int attributes that its
+# methods update (`cumulative_length`), which torch.export can then keep dynamic. All other attributes (flags, window
+# sizes, devices, dtypes, layer classes) go into a JSON context, so that `torch.export.save`/`load` round-trip it.
 _PYTREE_CACHE_CLASSES: dict[str, type] = {}
+_PYTREE_CACHE_COUNTERS: dict[type, frozenset[str]] = {}
 
 
 def _is_cache_context_value(value) -> bool:
-    if value is None or isinstance(value, (bool, float, str, torch.device, torch.dtype)):
+    if value is None or isinstance(value, (bool, int, float, str, torch.device, torch.dtype)):
         return True
     if isinstance(value, type):
         return value in _PYTREE_CACHE_CLASSES.values()
@@ -90,9 +92,12 @@ def _decode_cache_context_value(value):
 
 
 def _cache_flatten_with_keys(cache):
+    counters = frozenset().union(*(_PYTREE_CACHE_COUNTERS.get(cls, ()) for cls in type(cache).__mro__))
     children, context = [], []
     for name, value in vars(cache).items():
-        if _is_cache_context_value(value):
+        # A counter's int is a child (dynamic); its other values (None, a tensor) are carried as usual
+        is_counter = name in counters and isinstance(value, int) and not isinstance(value, bool)
+        if not is_counter and _is_cache_context_value(value):
             context.append([name, _encode_cache_context_value(value)])
         else:
             # A one-element entry marks an attribute that is carried as a child
@@ -114,13 +119,16 @@ def _cache_unflatten(cls, children, context):
     return cache
 
 
-def register_cache_pytree_node(cls: type) -> type:
+def register_cache_pytree_node(cls: type | None = None, *, counters: tuple[str, ...] = ()):
     """
     Registers `cls` (a cache or a cache layer) as a pytree node, so that `torch.export` accepts it as an input and an
-    output, and `torch.export.save`/`load` serialize it. Returns `cls`, so it also works as a class decorator.
+    output, and `torch.export.save`/`load` serialize it. `counters` names the int attributes that change from call to
+    call (subclasses inherit them). Returns `cls`, so it also works as a class decorator, with or without arguments.
     Idempotent. A registration made earlier by other code is reused when it supports export and serialization, and
     refused otherwise: a class never gets a second node type.
     """
+    if cls is None:
+        return functools.partial(register_cache_pytree_node, counters=counters)
     serialized_type_name = f"{cls.__module__}.{cls.__qualname__}"
     node = torch.utils._pytree.SUPPORTED_NODES.get(cls)
     if node is not None:
@@ -147,6 +155,7 @@ def register_cache_pytree_node(cls: type) -> type:
     # with `weights_only`, whoever registered the node
     torch.serialization.add_safe_globals([cls, torch.device])
     _PYTREE_CACHE_CLASSES[serialized_type_name] = cls
+    _PYTREE_CACHE_COUNTERS[cls] = _PYTREE_CACHE_COUNTERS.get(cls, frozenset()) | frozenset(counters)
     return cls
 '''
 
@@ -174,10 +183,11 @@ def _is_cache_utils_import(node: cst.ImportFrom) -> bool:
 def _registers(module: cst.Module) -> set[str]:
     """Class names that the module already registers, by a call or as a decorator."""
     found = set()
-    for call in m.findall(module, m.Call(func=m.Name(REGISTER), args=[m.Arg(value=m.Name())])):
+    for call in m.findall(module, m.Call(func=m.Name(REGISTER), args=[m.Arg(value=m.Name()), m.ZeroOrMore()])):
         found.add(call.args[0].value.value)
     for stmt in module.body:
-        if isinstance(stmt, cst.ClassDef) and any(m.matches(d.decorator, m.Name(REGISTER)) for d in stmt.decorators):
+        decorator = m.Name(REGISTER) | m.Call(func=m.Name(REGISTER))
+        if isinstance(stmt, cst.ClassDef) and any(m.matches(d.decorator, decorator) for d in stmt.decorators):
             found.add(stmt.name.value)
     return found
 
@@ -193,8 +203,82 @@ def _cache_utils_imports(module: cst.Module) -> list[cst.ImportFrom]:
     ]
 
 
+def _int_like(value: cst.BaseExpression) -> bool:
+    """Whether an assigned expression looks like a Python int (a literal, arithmetic, a size, `len`/`int`/`max`)."""
+    if isinstance(value, cst.Integer):
+        return True
+    if isinstance(value, cst.UnaryOperation):
+        return _int_like(value.expression)
+    if isinstance(value, cst.BinaryOperation):
+        return True
+    if isinstance(value, cst.Subscript) and m.matches(value.value, m.Attribute(attr=m.Name("shape"))):
+        return True
+    return m.matches(value, m.Call(func=m.Name("len") | m.Name("int") | m.Name("max") | m.Name("min")))
+
+
+def _self_attributes_assigned(function: cst.FunctionDef) -> tuple[set[str], set[str]]:
+    """(every `X` of `self.X = ...`/`self.X += ...` in a method, those of them assigned something int-like)."""
+    names, ints = set(), set()
+    for node in m.findall(function, m.Assign()):
+        for target in node.targets:
+            if m.matches(target.target, m.Attribute(value=m.Name("self"))):
+                names.add(target.target.attr.value)
+                if _int_like(node.value):
+                    ints.add(target.target.attr.value)
+    for node in m.findall(function, m.AugAssign(target=m.Attribute(value=m.Name("self")))):
+        names.add(node.target.attr.value)
+        ints.add(node.target.attr.value)
+    return names, ints
+
+
+def _methods(cls: cst.ClassDef) -> list[cst.FunctionDef]:
+    return [stmt for stmt in cls.body.body if isinstance(stmt, cst.FunctionDef)]
+
+
+def _counters(classes: list[cst.ClassDef]) -> dict[str, tuple[str, ...]]:
+    """Class name -> its counters: int attributes that a method other than `__init__` and lazy initialization (which
+    run once) updates, looking through the module's own base classes too. When the class also gets attributes from a
+    base defined elsewhere, what that base's `__init__` sets is unknown, so the `__init__` requirement is dropped.
+    Non-int values of a counter are carried as usual at run time: the list only has to contain every counter."""
+    by_name = {cls.name.value: cls for cls in classes}
+    result = {}
+    for cls in classes:
+        chain, external, todo = [], False, [cls]
+        while todo:
+            current = todo.pop()
+            chain.append(current)
+            for base in _base_names(current):
+                if base in by_name:
+                    todo.append(by_name[base])
+                elif base not in ("ABC", "object"):
+                    external = True
+        initialized, updated, ints = set(), set(), set()
+        for current in chain:
+            for method in _methods(current):
+                names, int_names = _self_attributes_assigned(method)
+                ints |= int_names
+                if method.name.value == "__init__":
+                    initialized |= names
+                elif not method.name.value.startswith("lazy_initialization"):
+                    updated |= names
+        counters = updated & ints if external else updated & ints & initialized
+        result[cls.name.value] = tuple(sorted(counters))
+    return result
+
+
 _CACHE_UTILS_IMPORT = re.compile(r"^from [.\w]*cache_utils import (?:\(([^)]*)\)|([^(\n]*)$)", re.MULTILINE)
 _CACHE_NAMED_CLASS = re.compile(r"^class \w*Cache\b", re.MULTILINE)
+
+
+def _arguments(cls: cst.ClassDef | None, counters: dict) -> str:
+    """`Class, counters=("a",)` for a registration call, or just `counters=(...)` for a decorator (`cls` None)."""
+    name = None if cls is None else cls.name.value
+    own = counters[name]
+    parts = [] if name is None else [name]
+    if own:
+        items = ", ".join(f'"{counter}"' for counter in own)
+        parts.append(f"counters=({items},)" if len(own) == 1 else f"counters=({items})")
+    return ", ".join(parts)
 
 
 class CachePytreeRegistration(Codemod):
@@ -270,7 +354,8 @@ class CachePytreeRegistration(Codemod):
             first = machinery.body[0]
             body.append(first.with_changes(leading_lines=[*machinery.header, *first.leading_lines]))
             body.extend(machinery.body[1:])
-        calls = [cst.parse_statement(f"{REGISTER}({cls.name.value})") for cls in todo]
+        counters = _counters([stmt for stmt in tree.body if isinstance(stmt, cst.ClassDef)])
+        calls = [cst.parse_statement(f"{REGISTER}({_arguments(cls, counters)})") for cls in todo]
         calls[0] = calls[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
         body.extend(calls)
         tree = tree.with_changes(body=body)
@@ -281,11 +366,14 @@ class CachePytreeRegistration(Codemod):
 
     def _decorate_classes(self, tree: cst.Module, todo: list[cst.ClassDef]) -> cst.Module:
         wanted = {cls.name.value for cls in todo}
+        counters = _counters([stmt for stmt in tree.body if isinstance(stmt, cst.ClassDef)])
         body = []
         for stmt in tree.body:
             if isinstance(stmt, cst.ClassDef) and stmt.name.value in wanted:
+                own = counters[stmt.name.value]
+                decorator = cst.parse_expression(f"{REGISTER}({_arguments(None, {None: own})})" if own else REGISTER)
                 # Outermost, so that it registers the class other decorators (e.g. @dataclass) return
-                stmt = stmt.with_changes(decorators=[cst.Decorator(cst.Name(REGISTER)), *stmt.decorators])
+                stmt = stmt.with_changes(decorators=[cst.Decorator(decorator), *stmt.decorators])
             body.append(stmt)
         return tree.with_changes(body=body)
 

@@ -407,12 +407,13 @@ def test_leaf_paths_name_the_attributes():
         ".layers[1].keys",
         ".layers[1].values",
     ]
+    # The window size is fixed: it lives in the context. The counter changes every call: it is a (dynamic) leaf.
     assert paths(_dynamic_cache_from_config(filled=True)())[:5] == [
         ".layers[0].keys",
         ".layers[0].values",
-        ".layers[0].sliding_window",
         ".layers[0].cumulative_length",
         ".layers[0]._sliding_window_tensor",
+        ".layers[1].keys",
     ]
     assert paths(_encoder_decoder_cache(is_updated=True)())[0] == ".self_attention_cache.layers[0].keys"
     assert paths(_encoder_decoder_cache(is_updated=True)())[-1] == ".cross_attention_cache.layers[1].values"

@@ -107,3 +107,12 @@ def test_emitted_machinery_is_in_transformers_style():
 
     assert black.format_str(MACHINERY, mode=black.Mode(line_length=119)) == MACHINERY.lstrip("\n")
     assert max(len(line) for line in MACHINERY.splitlines()) <= 119
+
+
+def test_counters_are_the_int_attributes_that_methods_update():
+    change = _run(FIXTURES / "cache_pytree" / "cache_api.in.py")
+    # cumulative_length: set in __init__, updated by `update` -> dynamic; the window size and the flag are not
+    assert 'register_cache_pytree_node(DynamicSlidingWindowLayer, counters=("cumulative_length",))' in change.rewritten
+    assert "register_cache_pytree_node(DynamicLayer)\n" in change.rewritten
+    local = _run(FIXTURES / "cache_pytree" / "model_local_counter.in.py").rewritten
+    assert '@register_cache_pytree_node(counters=("offset",))\nclass ToyOffsetCache(DynamicCache):' in local

@@ -53,7 +53,7 @@ def test_names_only_the_rewrite_defines_come_from_the_vendored_shared_module(ren
 def test_shared_additions_import_what_they_use_from_the_installed_module(rendered):
     text = rendered.files["_shared/cache_utils.py"]
     assert "from transformers.cache_utils import (" in text
-    assert "def register_cache_pytree_node(cls: type) -> type:" in text
+    assert "def register_cache_pytree_node(cls: type | None = None, *, counters: tuple[str, ...] = ()):" in text
     assert "class DynamicCache" not in text  # transformers' own classes are reused, never copied
     compile(text, "cache_utils.py", "exec")
 

@@ -33,13 +33,15 @@ import json
 import torch
 
 # torch.export support: caches and cache layers are pytree nodes, so an exported program can take and return them.
-# A node's children are the attributes holding tensors, nested caches or Python ints (counters that torch.export can
-# keep dynamic); all other attributes go into a JSON context, so that `torch.export.save`/`load` round-trip it exactly.
+# A node's children are the attributes holding tensors or nested caches, and its counters: int attributes that its
+# methods update (`cumulative_length`), which torch.export can then keep dynamic. All other attributes (flags, window
+# sizes, devices, dtypes, layer classes) go into a JSON context, so that `torch.export.save`/`load` round-trip it.
 _PYTREE_CACHE_CLASSES: dict[str, type] = {}
+_PYTREE_CACHE_COUNTERS: dict[type, frozenset[str]] = {}
 
 
 def _is_cache_context_value(value) -> bool:
-    if value is None or isinstance(value, (bool, float, str, torch.device, torch.dtype)):
+    if value is None or isinstance(value, (bool, int, float, str, torch.device, torch.dtype)):
         return True
     if isinstance(value, type):
         return value in _PYTREE_CACHE_CLASSES.values()
@@ -86,9 +88,12 @@ def _decode_cache_context_value(value):
 
 
 def _cache_flatten_with_keys(cache):
+    counters = frozenset().union(*(_PYTREE_CACHE_COUNTERS.get(cls, ()) for cls in type(cache).__mro__))
     children, context = [], []
     for name, value in vars(cache).items():
-        if _is_cache_context_value(value):
+        # A counter's int is a child (dynamic); its other values (None, a tensor) are carried as usual
+        is_counter = name in counters and isinstance(value, int) and not isinstance(value, bool)
+        if not is_counter and _is_cache_context_value(value):
             context.append([name, _encode_cache_context_value(value)])
         else:
             # A one-element entry marks an attribute that is carried as a child
@@ -110,13 +115,16 @@ def _cache_unflatten(cls, children, context):
     return cache
 
 
-def register_cache_pytree_node(cls: type) -> type:
+def register_cache_pytree_node(cls: type | None = None, *, counters: tuple[str, ...] = ()):
     """
     Registers `cls` (a cache or a cache layer) as a pytree node, so that `torch.export` accepts it as an input and an
-    output, and `torch.export.save`/`load` serialize it. Returns `cls`, so it also works as a class decorator.
+    output, and `torch.export.save`/`load` serialize it. `counters` names the int attributes that change from call to
+    call (subclasses inherit them). Returns `cls`, so it also works as a class decorator, with or without arguments.
     Idempotent. A registration made earlier by other code is reused when it supports export and serialization, and
     refused otherwise: a class never gets a second node type.
     """
+    if cls is None:
+        return functools.partial(register_cache_pytree_node, counters=counters)
     serialized_type_name = f"{cls.__module__}.{cls.__qualname__}"
     node = torch.utils._pytree.SUPPORTED_NODES.get(cls)
     if node is not None:
@@ -143,25 +151,28 @@ def register_cache_pytree_node(cls: type) -> type:
     # with `weights_only`, whoever registered the node
     torch.serialization.add_safe_globals([cls, torch.device])
     _PYTREE_CACHE_CLASSES[serialized_type_name] = cls
+    _PYTREE_CACHE_COUNTERS[cls] = _PYTREE_CACHE_COUNTERS.get(cls, frozenset()) | frozenset(counters)
     return cls
 
 
 register_cache_pytree_node(DynamicLayer)
-register_cache_pytree_node(DynamicSlidingWindowLayer)
+register_cache_pytree_node(DynamicSlidingWindowLayer, counters=("cumulative_length",))
 register_cache_pytree_node(DynamicIndexedLayer)
-register_cache_pytree_node(StaticLayer)
-register_cache_pytree_node(StaticSlidingWindowLayer)
-register_cache_pytree_node(StaticIndexedLayer)
-register_cache_pytree_node(BaseQuantizedLayer)
-register_cache_pytree_node(QuantizedLayer)
-register_cache_pytree_node(QuantoQuantizedLayer)
-register_cache_pytree_node(HQQQuantizedLayer)
-register_cache_pytree_node(Fp8QuantizedLayer)
+register_cache_pytree_node(StaticLayer, counters=("cumulative_length",))
+register_cache_pytree_node(StaticSlidingWindowLayer, counters=("cumulative_length", "cumulative_length_int"))
+register_cache_pytree_node(StaticIndexedLayer, counters=("cumulative_length",))
+register_cache_pytree_node(BaseQuantizedLayer, counters=("cumulative_length",))
+register_cache_pytree_node(QuantizedLayer, counters=("cumulative_length",))
+register_cache_pytree_node(QuantoQuantizedLayer, counters=("cumulative_length",))
+register_cache_pytree_node(HQQQuantizedLayer, counters=("cumulative_length",))
+register_cache_pytree_node(Fp8QuantizedLayer, counters=("cumulative_length",))
 register_cache_pytree_node(LinearAttentionLayer)
 register_cache_pytree_node(LinearAttentionAndFullAttentionLayer)
-register_cache_pytree_node(LinearAttentionAndSlidingWindowAttentionLayer)
-register_cache_pytree_node(LinearAttentionAndStaticFullAttentionLayer)
-register_cache_pytree_node(LinearAttentionAndStaticSlidingWindowAttentionLayer)
+register_cache_pytree_node(LinearAttentionAndSlidingWindowAttentionLayer, counters=("cumulative_length",))
+register_cache_pytree_node(LinearAttentionAndStaticFullAttentionLayer, counters=("cumulative_length",))
+register_cache_pytree_node(
+    LinearAttentionAndStaticSlidingWindowAttentionLayer, counters=("cumulative_length", "cumulative_length_int")
+)
 register_cache_pytree_node(DummyLayer)
 register_cache_pytree_node(Cache)
 register_cache_pytree_node(DynamicCache)
@@ -169,4 +180,4 @@ register_cache_pytree_node(StaticCache)
 register_cache_pytree_node(QuantizedCache)
 register_cache_pytree_node(EncoderDecoderCache)
 register_cache_pytree_node(MtpCache)
-register_cache_pytree_node(DFlashCache)
+register_cache_pytree_node(DFlashCache, counters=("_previous_number_of_accepted_tokens",))

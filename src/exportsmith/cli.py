@@ -187,6 +187,9 @@ def verify(
     record: bool = typer.Option(
         False, "--record", help="Write OUT/<model>/VERIFY.json, with the original's export error (for PR texts)."
     ),
+    onnx: bool = typer.Option(
+        False, "--onnx", help="Also export with torch.onnx (dynamo) and compare in onnxruntime."
+    ),
 ):
     """Check the generated copies: eager bit-identity, export with dynamic shapes, exported vs eager at other shapes."""
     tf = _transformers()
@@ -197,6 +200,13 @@ def verify(
 
     from .verify import verify_model
     from .verify.baseline import original_export_error
+    from .verify.onnx_check import MissingOnnxDependencies, require_onnx_packages, verify_onnx
+
+    if onnx:
+        try:
+            require_onnx_packages()
+        except MissingOnnxDependencies as error:
+            raise _fail(str(error)) from None
 
     sys.path.insert(0, str(out.resolve().parent))
     failed = 0
@@ -204,7 +214,12 @@ def verify(
         _say(f"[{index}/{len(models)}] verifying {name} ...")
         result = verify_model(name, package=out.resolve().name)
         typer.echo(result.summary)
-        failed += not result.ok
+        ok = result.ok
+        if onnx:
+            onnx_result = verify_onnx(name, package=out.resolve().name)
+            typer.echo(onnx_result.summary)
+            ok = ok and onnx_result.ok
+        failed += not ok
         if record:
             data = {
                 **result.record(),

@@ -1,0 +1,284 @@
+"""Verify one generated decoder LM through ONNX: `torch.onnx.export(dynamo=True)`, then ONNX Runtime vs eager.
+
+`verify_onnx(model_type, package)` builds the original and the generated CausalLM exactly as `check.build_pair`
+does, then for each program of `check.PROGRAMS` (decode with a cache, prefill without):
+
+1. exports the generated copy with `torch.onnx.export(..., dynamo=True)` at the program's example, with the same
+   dynamic dims as `check` (batch, new tokens, past length; the cache's int counters `Dim.AUTO`);
+2. names the graph's inputs and outputs after their pytree key paths, the cache flattened to `past.layers.0.keys`,
+   `past.layers.0.values`, ... on the way in and `present.layers.0.keys`, ... on the way out, next to `input_ids`,
+   `attention_mask` and `logits` (the exporter's own output names are FX node names such as `linear_14`, `cat_3`);
+3. runs it in ONNX Runtime on the CPU at every case of the program and compares every output (logits, cache
+   tensors, int counters) by name with the ORIGINAL model's eager output at that case.
+
+It never raises for a model's failure: a build error, an export error, an ORT error or a difference above
+`ONNX_MAX_ABS_DIFF` becomes a failed `OnnxResult` (one of `FAILURE_KINDS`, with the first line of the error). It
+refuses to run at all, raising `MissingOnnxDependencies`, when onnx, onnxscript or onnxruntime is not installed.
+"""
+
+import importlib
+import logging
+import math
+import re
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
+from torch.utils import _pytree as pytree
+
+from exportsmith.verify.check import INPUT_DIMS, PROGRAMS, CaseRecord, build_pair, first_line
+from exportsmith.verify.inputs import Case, case_inputs
+from exportsmith.verify.shapes import dynamic_shapes_like
+
+ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime")
+INSTALL_HINT = "pip install 'exportsmith[onnx]'"
+
+# ONNX Runtime's float32 CPU kernels (MatMul, Softmax, the fused ops onnxscript's optimizer emits) accumulate in
+# another order than torch's, so outputs differ at rounding level (~1e-6 on the tiny models); a wrong mask, branch or
+# cache slice moves logits by 1e-2 or more.
+ONNX_MAX_ABS_DIFF = 1e-4
+
+FAILURE_KINDS = ("build", "onnx-export-error", "ort-error", "mismatch")
+
+# How the top-level names of the forward's keywords and of its output read in the ONNX graph.
+INPUT_NAMES = {"cache": "past"}
+OUTPUT_NAMES = {"cache": "present"}
+
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # torch.onnx colours its error messages
+
+
+class MissingOnnxDependencies(ImportError):
+    """onnx, onnxscript or onnxruntime is not installed."""
+
+
+@dataclass
+class OnnxResult:
+    """The verdict on one model; `failure` is one of FAILURE_KINDS, `message` says where and why."""
+
+    model_type: str
+    ok: bool = False
+    cases: list[CaseRecord] = field(default_factory=list)
+    export_seconds: dict[str, float] = field(default_factory=dict)
+    input_names: dict[str, list[str]] = field(default_factory=dict)
+    output_names: dict[str, list[str]] = field(default_factory=dict)
+    failure: str | None = None
+    message: str = ""
+
+    @property
+    def max_diff(self) -> float | None:
+        diffs = [case.max_diff for case in self.cases if case.max_diff is not None]
+        return max(diffs) if diffs else None
+
+    @property
+    def summary(self) -> str:
+        if not self.ok:
+            return f"{self.model_type}: ONNX FAIL {self.failure}: {self.message}"
+        seconds = ", ".join(f"{program} {s:.1f}s" for program, s in self.export_seconds.items())
+        return f"{self.model_type}: ONNX ok max|diff|={self.max_diff:.3g} ({seconds})"
+
+    def fail(self, kind: str, message: str) -> "OnnxResult":
+        if kind not in FAILURE_KINDS:
+            raise ValueError(f"unknown failure kind {kind!r}")
+        self.ok, self.failure, self.message = False, kind, message
+        return self
+
+
+def require_onnx_packages() -> None:
+    """Raise MissingOnnxDependencies, naming the extra to install, unless all of ONNX_PACKAGES import."""
+    missing = []
+    for name in ONNX_PACKAGES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise MissingOnnxDependencies(f"ONNX verification needs {', '.join(missing)}: {INSTALL_HINT}")
+
+
+def verify_onnx(model_type: str, package: str = "generated") -> OnnxResult:
+    """Verify `<package>.<module>`'s CausalLM class of `model_type` through ONNX and ORT; raises only if deps miss."""
+    require_onnx_packages()
+    result = OnnxResult(model_type)
+    try:
+        original, generated = build_pair(model_type, package)
+        references = original_references(original)
+    except Exception as error:
+        return result.fail("build", first_line(error))
+
+    export_errors, session_errors = [], []
+    for program, (example, cases) in PROGRAMS.items():
+        try:
+            started = time.perf_counter()
+            onnx_program = export_onnx(generated, case_inputs(original, original.config.vocab_size, example))
+            result.export_seconds[program] = time.perf_counter() - started
+            name_graph_io(onnx_program, generated, original, example)
+        except Exception as error:
+            export_errors.append(f"{program}: {error_summary(error)}")
+            continue
+        graph = onnx_program.model.graph
+        result.input_names[program] = [value.name for value in graph.inputs]
+        result.output_names[program] = [value.name for value in graph.outputs]
+        try:
+            session = ort_session(onnx_program)
+        except Exception as error:
+            session_errors.append(f"{program}: {first_line(error)}")
+            continue
+        result.cases += [run_case(session, original, program, case, references[program, case]) for case in cases]
+
+    if export_errors:
+        return result.fail("onnx-export-error", "; ".join(export_errors))
+    # A wrong result is worse than a refused input: report mismatches first.
+    mismatched = [r for r in result.cases if r.max_diff is not None and not r.max_diff <= ONNX_MAX_ABS_DIFF]
+    if mismatched:
+        return result.fail(
+            "mismatch", "; ".join(f"{r.program} {r.name}: max|diff|={r.max_diff:.3g}" for r in mismatched)
+        )
+    ort_errors = session_errors + [f"{r.program} {r.name}: {r.error}" for r in result.cases if r.error is not None]
+    if ort_errors:
+        return result.fail("ort-error", "; ".join(ort_errors))
+    result.ok = True
+    return result
+
+
+def original_references(original: torch.nn.Module) -> dict[tuple[str, Case], dict]:
+    """The original's eager outputs by readable name, at every (program, case); raises naming the case that failed."""
+    references = {}
+    for program, (_, cases) in PROGRAMS.items():
+        for case in cases:
+            try:
+                with torch.no_grad():
+                    output = original(**case_inputs(original, original.config.vocab_size, case))
+            except Exception as error:
+                raise RuntimeError(f"original eager, {program} {case.name}: {first_line(error)}") from error
+            references[program, case] = named_leaves(output, OUTPUT_NAMES)
+    return references
+
+
+def error_summary(error: BaseException) -> str:
+    """The first lines of `error` and of each error that caused it, outermost first: torch.onnx wraps the real error
+    in generic ones (`Failed to convert the exported program to an ONNX model. This is step 3/3 ...`)."""
+    lines = []
+    while error is not None:
+        lines.append(ANSI_ESCAPE.sub("", first_line(error)))
+        error = error.__cause__
+    return " <- ".join(lines)
+
+
+@contextmanager
+def quiet_onnx_registry():
+    """Silence the exporter's per-export `torchvision is not installed. Skipping torchvision::nms` warnings."""
+    registry_logger = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = registry_logger.level
+    registry_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        registry_logger.setLevel(level)
+
+
+def export_onnx(model: torch.nn.Module, example: dict) -> "torch.onnx.ONNXProgram":
+    """`model` at `example` through `torch.onnx.export(dynamo=True)`, with check's dynamic dims."""
+    dynamic_shapes = {
+        name: dynamic_shapes_like(value, INPUT_DIMS[name]) if name in INPUT_DIMS else None
+        for name, value in example.items()
+    }
+    with quiet_onnx_registry():
+        return torch.onnx.export(
+            model, (), kwargs=example, dynamo=True, dynamic_shapes=dynamic_shapes, verbose=False, report=False
+        )
+
+
+def readable_name(path: pytree.KeyPath, top_level: dict[str, str]) -> str:
+    """`['cache'].layers[0].keys` -> `past.layers.0.keys` (with top_level {"cache": "past"})."""
+    parts = []
+    for key in path:
+        if isinstance(key, pytree.MappingKey):
+            parts.append(str(key.key))
+        elif isinstance(key, pytree.SequenceKey):
+            parts.append(str(key.idx))
+        elif isinstance(key, pytree.GetAttrKey):
+            parts.append(key.name)
+        else:
+            parts.append(str(key))
+    parts[0] = top_level.get(parts[0], parts[0])
+    return ".".join(parts)
+
+
+def named_leaves(tree, top_level: dict[str, str]) -> dict:
+    """Every leaf of `tree` (tensors, ints, bools) by its readable name."""
+    return {readable_name(path, top_level): leaf for path, leaf in pytree.tree_flatten_with_path(tree)[0]}
+
+
+def name_graph_io(onnx_program, generated: torch.nn.Module, reference: torch.nn.Module, example: Case) -> None:
+    """Rename the ONNX graph's inputs and outputs after the key paths of the traced call's inputs and output.
+
+    The exported program's in/out tree specs fix the order of the flat leaves; leaves the program holds as
+    constants (`use_cache=True`) are not graph inputs. Refuses (RuntimeError) a graph whose leaves do not line up.
+    """
+    program = onnx_program.exported_program
+    kwargs_spec = program.call_spec.in_spec.child(1)  # the call is (args=(), kwargs)
+    kwargs = case_inputs(reference, reference.config.vocab_size, example)
+    kwargs = {name: kwargs[name] for name in kwargs_spec.context}
+    with torch.no_grad():
+        # fresh inputs: the forward grows the cache it is given in place
+        output = generated(**case_inputs(reference, reference.config.vocab_size, example))
+    graph = onnx_program.model.graph
+    for values, tree, spec, specs, top_level in (
+        (graph.inputs, kwargs, kwargs_spec, program.graph_signature.input_specs, INPUT_NAMES),
+        (graph.outputs, output, program.call_spec.out_spec, program.graph_signature.output_specs, OUTPUT_NAMES),
+    ):
+        leaves, traced_spec = pytree.tree_flatten_with_path(tree)
+        if traced_spec != spec:
+            raise RuntimeError("the traced call's inputs or output do not match the exported program's tree spec")
+        user_specs = [s for s in specs if s.kind in (InputKind.USER_INPUT, OutputKind.USER_OUTPUT)]
+        names = [
+            readable_name(path, top_level)
+            for (path, _), user_spec in zip(leaves, user_specs, strict=True)
+            if not isinstance(user_spec.arg, ConstantArgument)
+        ]
+        if len(names) != len(values):
+            raise RuntimeError(f"{len(values)} graph values for {len(names)} non-constant leaves: {names}")
+        for value, name in zip(values, names):
+            value.name = name
+
+
+def ort_session(onnx_program) -> "onnxruntime.InferenceSession":
+    import onnxruntime  # optional: the module imports without the extra
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3  # errors only: ORT warns about every initializer it prunes
+    return onnxruntime.InferenceSession(
+        onnx_program.model_proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+
+
+def run_case(session, original: torch.nn.Module, program: str, case: Case, expected: dict) -> CaseRecord:
+    """Run `session` at `case`; record max |diff| to the original's eager output `expected`, or the error raised."""
+    record = CaseRecord(program, case.name, case.batch, case.new_tokens, case.past)
+    inputs = named_leaves(case_inputs(original, original.config.vocab_size, case), INPUT_NAMES)
+    try:
+        feed = {graph_input.name: np.asarray(inputs[graph_input.name]) for graph_input in session.get_inputs()}
+        actual = dict(zip((output.name for output in session.get_outputs()), session.run(None, feed)))
+    except Exception as error:
+        record.error = first_line(error)
+        return record
+    record.max_diff = max_abs_diff(expected, actual)
+    return record
+
+
+def max_abs_diff(expected: dict, actual: dict) -> float:
+    """Largest |difference| over same-named outputs; inf if the names or a shape differ."""
+    if set(expected) != set(actual):
+        return math.inf
+    diff = 0.0
+    for name, value in expected.items():
+        wanted = np.asarray(value.numpy() if isinstance(value, torch.Tensor) else value, dtype=np.float64)
+        got = np.asarray(actual[name], dtype=np.float64)
+        if wanted.shape != got.shape:
+            return math.inf
+        if wanted.size:
+            diff = max(diff, float(np.abs(wanted - got).max()))
+    return diff

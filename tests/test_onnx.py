@@ -1,0 +1,121 @@
+"""ONNX through `torch.onnx.export(dynamo=True)` and ONNX Runtime: `exportsmith.verify.onnx_check.verify_onnx`.
+
+Skipped as a whole without the `onnx` extra (`pip install 'exportsmith[onnx]'`). Covers: the generated llama end to
+end at every evaluation case with readable graph input/output names; that a copy which differs only under export is
+reported as a mismatch; that a model's failure comes back as a result; the error naming the extra when a package is
+missing; and one encoder (bert), which is exported from the ORIGINAL `transformers.BertModel`, since exportsmith
+generates nothing for bert yet.
+"""
+
+import re
+import sys
+import types
+
+import pytest
+
+for _package in ("onnx", "onnxscript", "onnxruntime"):
+    pytest.importorskip(_package)
+
+import numpy as np  # noqa: E402
+import onnxruntime  # noqa: E402
+import torch  # noqa: E402
+from torch.utils import _pytree as pytree  # noqa: E402
+from transformers import BertConfig, BertModel  # noqa: E402
+
+from exportsmith.verify.check import PROGRAMS  # noqa: E402
+from exportsmith.verify.onnx_check import (  # noqa: E402
+    ONNX_MAX_ABS_DIFF,
+    MissingOnnxDependencies,
+    quiet_onnx_registry,
+    verify_onnx,
+)
+
+
+def test_generated_llama_through_onnx_matches_eager_at_every_case():
+    result = verify_onnx("llama")
+    assert result.ok, result.summary
+    expected_cases = {(program, case.name) for program, (_, cases) in PROGRAMS.items() for case in cases}
+    assert {(record.program, record.name) for record in result.cases} == expected_cases
+    assert all(record.error is None and record.max_diff <= ONNX_MAX_ABS_DIFF for record in result.cases)
+    assert any(record.batch == 1 and record.new_tokens == 1 and record.past for record in result.cases)
+    cache = [f"layers.{layer}.{kind}" for layer in (0, 1) for kind in ("keys", "values")]
+    assert result.input_names["decode"] == ["input_ids", "attention_mask"] + [f"past.{name}" for name in cache]
+    assert result.input_names["prefill"] == ["input_ids", "attention_mask"]
+    for program in ("decode", "prefill"):
+        assert result.output_names[program] == ["logits"] + [f"present.{name}" for name in cache]
+    assert set(result.export_seconds) == {"decode", "prefill"}
+    assert result.summary.startswith("llama: ONNX ok max|diff|=")
+
+
+def test_a_copy_that_differs_only_under_export_is_a_mismatch(monkeypatch):
+    import generated.llama
+
+    class LlamaForCausalLM(generated.llama.LlamaForCausalLM):
+        def forward(self, input_ids=None, attention_mask=None, cache=None, use_cache=None):
+            out = super().forward(input_ids=input_ids, attention_mask=attention_mask, cache=cache, use_cache=use_cache)
+            if torch.compiler.is_exporting():
+                out.logits = out.logits + 1e-3
+            return out
+
+    module = types.ModuleType("onnx_perturbed_llama.llama")
+    module.LlamaForCausalLM = LlamaForCausalLM
+    monkeypatch.setitem(sys.modules, "onnx_perturbed_llama", types.ModuleType("onnx_perturbed_llama"))
+    monkeypatch.setitem(sys.modules, "onnx_perturbed_llama.llama", module)
+    result = verify_onnx("llama", package="onnx_perturbed_llama")
+    assert result.failure == "mismatch", result.summary
+    assert all(record.max_diff == pytest.approx(1e-3, abs=ONNX_MAX_ABS_DIFF) for record in result.cases)
+
+
+def test_a_model_failure_is_a_result_not_an_exception():
+    result = verify_onnx("llama", package="no_such_package_anywhere")
+    assert not result.ok and result.failure == "build" and "no_such_package_anywhere" in result.message
+
+
+def test_missing_onnxruntime_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # makes `import onnxruntime` raise ImportError
+    with pytest.raises(MissingOnnxDependencies, match=re.escape("onnxruntime: pip install 'exportsmith[onnx]'")):
+        verify_onnx("llama")
+    assert issubclass(MissingOnnxDependencies, ImportError)
+
+
+def bert_inputs(batch: int, length: int) -> dict:
+    """Seeded inputs; the first sequence is padded after half its length, so the padding mask matters."""
+    generator = torch.Generator().manual_seed(batch * 100 + length)
+    attention_mask = torch.ones(batch, length, dtype=torch.long)
+    attention_mask[0, length // 2 + 1 :] = 0
+    return {
+        "input_ids": torch.randint(0, 128, (batch, length), generator=generator),
+        "attention_mask": attention_mask,
+        "token_type_ids": torch.zeros(batch, length, dtype=torch.long),
+    }
+
+
+def test_encoder_bert_original_through_onnx_matches_eager():
+    """The ORIGINAL transformers BertModel (nothing is generated for bert yet): exported with dynamic batch and
+    length at (2, 7), run in ONNX Runtime at other shapes, including batch 1 with one token."""
+    config = BertConfig(
+        vocab_size=128,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    model = BertModel(config).eval()
+    example = bert_inputs(2, 7)
+    dynamic = {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}
+    with quiet_onnx_registry():
+        program = torch.onnx.export(
+            model, (), kwargs=example, dynamo=True, dynamic_shapes={name: dynamic for name in example}, verbose=False
+        )
+    session = onnxruntime.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert [graph_input.name for graph_input in session.get_inputs()] == list(example)
+    for batch, length in ((2, 7), (1, 1), (1, 9), (3, 12)):
+        inputs = bert_inputs(batch, length)
+        with torch.no_grad():
+            expected = pytree.tree_leaves(model(**inputs))  # last_hidden_state, pooler_output
+        actual = session.run(None, {name: tensor.numpy() for name, tensor in inputs.items()})
+        assert [e.shape for e in expected] == [(batch, length, 32), (batch, 32)]
+        for e, a in zip(expected, actual, strict=True):
+            assert np.abs(e.numpy() - a).max() <= ONNX_MAX_ABS_DIFF, (batch, length)
