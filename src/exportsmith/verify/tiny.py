@@ -1,67 +1,475 @@
-"""Tiny, deterministic configs for decoder LMs, so that verification builds and exports a model in seconds.
+"""Tiny, deterministic configs for every model type, so that verification builds and runs a model in seconds.
 
-`tiny_config(model_type)` starts from the model type's default config and shrinks every size attribute the config
-has (a generic table of attribute name -> value, resolved through the config's `attribute_map`, so gpt2's
-`n_embd`/`n_layer`/... are covered by `hidden_size`/`num_hidden_layers`/...), trims `layer_types` to the layer count
-and moves special token ids inside the vocabulary. Sliding windows keep their defaults (larger than every
-verification length).
+`tiny_config(model_type)` starts from the model type's default config and rewrites its init fields (sub-configs
+recursively, by the same rule; derived attributes are left for the config class to recompute):
 
-Refuses (ValueError) model types that are not decoder LMs, i.e. not in transformers'
-`MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`.
+- sizes by name (`SIZE_RULES`): widths -> 64, heads -> 4, kv heads -> 2, head dims -> 16 (so heads x head_dim =
+  width), layer counts -> 2, feed-forward widths -> 128, vocabularies -> 128, experts -> 4 (top-2), image size 32
+  with patch size 4, positions -> 128, ... A size only ever shrinks (min(default, tiny)), which keeps sizes that
+  were equal (a projector's width and the text width) equal and small defaults (1 kv head) as they are;
+- sizes bound by an equation are recomputed (`derived_sizes`): multi-latent attention keeps one kv head per head,
+  state-space heads x head dim = expand x width, partial rotary dims and rope `mrope_section`s follow the head dim;
+- per-layer lists (`layer_types`, `block_types`, per-layer sizes, ...) are cut to the layer count, keeping each
+  distinct kind that fits; layer indices and counts of special layers are mapped onto the new layers; per-stage
+  width lists are scaled together (the widest to 64), per-stage depths to 1;
+- special token ids (pad/bos/eos/image/audio/video/..., `decoder_start_token_id`) become distinct small ids in
+  the vocabulary, equal where they were equal (below `SPECIAL_IDS`: dummy text tokens are drawn above them);
+- timm backbones become transformers' ResNet (timm is optional), pretrained-backbone flags go off;
+- `MODEL_OVERRIDES` then sets, per model type, what the generic rule cannot know (a comment each saying why).
+
+`build_tiny_model(model_class, config)` refuses (`TooLarge`) a model whose parameters and buffers, counted on the
+`meta` device before anything is allocated, exceed `MAX_PARAMS`; otherwise it builds it with seeded weights.
 """
 
-from transformers import AutoConfig, PretrainedConfig
-from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+import dataclasses
+import math
+import re
 
-VOCAB_SIZE = 128
-HIDDEN_SIZE = 32
-NUM_LAYERS = 2
+import torch
+from transformers import PretrainedConfig
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
+
+HIDDEN_SIZE = 64
 NUM_HEADS = 4
 NUM_KV_HEADS = 2  # divides NUM_HEADS, so grouped-query attention paths are exercised
+HEAD_DIM = HIDDEN_SIZE // NUM_HEADS
+NUM_LAYERS = 2
+VOCAB_SIZE = 128
+SPECIAL_IDS = 32  # special token ids are mapped into [0, SPECIAL_IDS); ordinary text tokens are drawn above
+IMAGE_SIZE = 32
+PATCH_SIZE = 4
 MAX_POSITIONS = 128
 
-# Applied only where the default config has the attribute (directly or through its attribute_map).
-TINY_SIZES = {
-    "vocab_size": VOCAB_SIZE,
-    "hidden_size": HIDDEN_SIZE,
-    "num_hidden_layers": NUM_LAYERS,
-    "num_attention_heads": NUM_HEADS,
-    "num_key_value_heads": NUM_KV_HEADS,
-    "head_dim": HIDDEN_SIZE // NUM_HEADS,
-    "intermediate_size": 64,
-    "n_inner": 64,
-    "max_position_embeddings": MAX_POSITIONS,
-    "original_max_position_embeddings": MAX_POSITIONS,
+# Refuse a tiny model with more parameters + buffers than this (float32: 200 MB) before it is built.
+MAX_PARAMS = 50_000_000
+
+# Integer init fields, by name (full match, first rule wins) -> the tiny value; the new value is
+# min(default, tiny value), so a default that is already small stays as it is.
+SIZE_RULES: tuple[tuple[str, int], ...] = (
+    # vocabularies (also codebooks, which index embeddings the same way)
+    (r"(\w+_)?vocab_size(_\w+)?|num_embeddings|codebook_size|num_codevectors_per_group", VOCAB_SIZE),
+    # key/value heads before heads
+    (
+        r"(\w+_)?(num_key_value_heads|num_kv_heads|kv_n_heads|num_key_value_attention_heads|linear_num_key_heads)",
+        NUM_KV_HEADS,
+    ),
+    (
+        r"(\w+_)?(num_attention_heads|num_heads|n_heads?|attention_heads|num_\w+_heads|\w+_n_heads|\w+_num_heads)",
+        NUM_HEADS,
+    ),
+    (r"(\w+_)?(head_dim|d_kv|dim_head|d_head|attention_head_size|kv_channels|head_size)", HEAD_DIM),
+    # layer counts (other counts of layers, such as `first_k_dense_replace`, are per-layer indices: see below)
+    (
+        r"(\w+_)?(num_hidden_layers|num_layers|n_layers?|encoder_layers|decoder_layers|num_encoder_layers|"
+        r"num_decoder_layers|depth|num_blocks)",
+        NUM_LAYERS,
+    ),
+    # feed-forward widths
+    (
+        r"(\w+_)?(moe_intermediate_size|expert_intermediate_size|moe_hidden_size|expert_ffn_hidden_size)",
+        HIDDEN_SIZE // 2,
+    ),
+    (
+        r"(\w+_)?(intermediate_size|d_ff|ffn_dim|n_inner|dim_feedforward|feedforward_dim|ffn_hidden_size|mlp_dim|"
+        r"d_inner|intermediate_size_mlp|feed_forward_size|linear_units)",
+        2 * HIDDEN_SIZE,
+    ),
+    # widths
+    (
+        r"(\w+_)?(hidden_size|d_model|n_embd|embed_dim|hidden_dim|embedding_size|projection_dim|proj_dim|d_latents|"
+        r"embedding_dim|model_dim|channels|output_hidden_size|word_embed_proj_dim|q_lora_rank|kv_lora_rank|"
+        r"codebook_dim|emb_dim|adapter_in_dim|adapter_out_dim|adapter_input_size|condition_dim)|dim",
+        HIDDEN_SIZE,
+    ),
     # mixture of experts
-    "num_local_experts": 4,
-    "num_experts": 4,
+    (r"num_local_experts|num_experts|n_routed_experts|moe_num_experts|num_routed_experts", 4),
+    (r"num_experts_per_tok|num_experts_per_token|moe_topk|moe_k|moe_top_k|top_k", 2),
+    (r"n_shared_experts|num_shared_experts|moe_num_shared_experts", 1),
+    (r"n_group|num_expert_group", 2),
+    (r"topk_group", 1),
+    # positions and lengths
+    (r"(\w+_)?(max_position_embeddings|n_positions|n_ctx|max_source_positions|max_target_positions)", MAX_POSITIONS),
+    # vision (video: 4 frames, two tubelets of 2)
+    (r"image_size|img_size|pretrain_image_size", IMAGE_SIZE),
+    (r"patch_size", PATCH_SIZE),
+    (r"num_frames|frames_per_clip", 4),
+    # conv stacks that double a base number of filters at every stage
+    (r"num_filters", 8),
+    # windows an image is split into (a square number whose side divides the patch grid)
+    (r"num_windows", 4),
+    # state-space models (their head count follows from the widths: see derived_sizes)
+    (r"mamba_d_state|state_size|ssm_state_size|d_state", 16),
+    (r"n_groups|mamba_n_groups|mamba_ngroups", 1),
+    (r"(\w+_)?dt_rank|time_step_rank", 8),
+    # group norms divide the smallest per-stage width (8)
+    (r"num_groups", 4),
+    # image tokens pooled from the patch grid: a square that divides the (IMAGE_SIZE / PATCH_SIZE)^2 grid
+    (r"mm_tokens_per_image", 16),
+)
+
+# Sizes whose default None some modeling code reads as if it were set.
+NONE_DEFAULTS = {
+    "head_dim": HEAD_DIM,
+    "num_key_value_heads": NUM_KV_HEADS,
+    "vocab_size": VOCAB_SIZE,
     "num_experts_per_tok": 2,
-    "moe_intermediate_size": 32,
-    "shared_expert_intermediate_size": 64,
 }
 
-# Special token ids: any id the config sets is moved to these, all inside VOCAB_SIZE.
-TINY_TOKEN_IDS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+# Flags that would load an optional package (timm) or download weights.
+OFF_FLAGS = ("use_timm_backbone", "use_pretrained_backbone")
 
-# Per model type, only where the generic rule cannot work: attribute -> value, applied after it.
-MODEL_OVERRIDES: dict[str, dict] = {}
+# Lists of sizes, one per stage or per conv layer, by name: each entry is rescaled (see `shrink_width_list`).
+WIDTH_LISTS = re.compile(
+    r"(\w+_)?(hidden_sizes|embed_dims?|conv_dim|channels|hidden_dims|out_channels|in_channels|neck_hidden_sizes|"
+    r"out_features|embedding_sizes|dims)"
+)
+HEAD_LISTS = re.compile(r"num_heads|num_attention_heads|heads")
+DEPTH_LISTS = re.compile(
+    r"depths|num_layers|layers_per_stage|block_counts|encoder_layers|decoder_layers|num_block_repeats|block_repeats"
+)
+# "every n-th layer from layer k": n becomes at most NUM_LAYERS and k one of the new layers.
+LAYER_PERIOD = re.compile(r"\w*layer_period|\w*layer_interval|\w*layer_freq|\w*sparse_step|\w*layer_step")
+LAYER_OFFSET = re.compile(r"\w*layer_offset")
+# Lists of layer kinds, cycled over the layers when shorter than them.
+LAYER_PATTERN = re.compile(r"\w*_types?|layers_block_types?")
+# Lists of layer (or hidden-state) indices.
+LAYER_INDICES = re.compile(r"\w*layers?\w*|out_indices|\w*indexes|\w*hook_ids")
+# Counts of special layers among the main ones (first k dense, last n sharing kv, ...): mapped onto the new layers.
+LAYER_COUNT = re.compile(r"\w*layers?\w*|first_k_dense_replace")
+
+# Special token ids: `*_token_id`, `*_token_index`, plus a few names that do not say so.
+TOKEN_ID = re.compile(
+    r"\w*token_id|\w*token_index|\w*_token_ids|decoder_start_token_id|im_(start|end|newline)_id|"
+    r"codec_\w+_id|audio_stream_(bos|eos)_id|tag_pad_id|subs_pad_id"
+)
+FIRST_TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id")  # -> 0, 1, 2 when distinct
+
+# Per model type, only where the generic rule cannot work: a path of init fields ("text_config.hidden_size") ->
+# value, applied after it.
+MODEL_OVERRIDES: dict[str, dict[str, object]] = {
+    # The defaults have no attention layer at all, and the causal mask then asks a cache of linear-attention layers
+    # only for its length: give the second layer attention.
+    "bamba": {"attn_layer_indices": [1]},
+    "granitemoehybrid": {"layer_types": ["linear_attention", "full_attention"]},
+    # The defaults lack attributes the modeling code reads (the default model does not build either).
+    "moonshine_streaming": {"num_key_value_heads": NUM_KV_HEADS},
+    "qwen3_omni_moe": {"talker_config.text_config.shared_expert_intermediate_size": 2 * HIDDEN_SIZE},
+    # Its attention views queries with num_key_value_heads: kv heads must equal heads.
+    "moonshine": {"encoder_num_key_value_heads": NUM_HEADS, "decoder_num_key_value_heads": NUM_HEADS},
+    # Its validator refuses grouped-query attention.
+    "esmc": {"num_key_value_heads": NUM_HEADS},
+    # `attention_layers` (derived) must have one entry per layer; it is built from these (pattern, repeats) pairs.
+    "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
+    # Four stages of windowed attention halve a 16-patch grid down to one 2 x 2 window; with 32 / 4 = 8 patches
+    # the last stage is smaller than any window.
+    "swin": {"image_size": 2 * IMAGE_SIZE, "window_size": 2},
+    "donut-swin": {"image_size": 2 * IMAGE_SIZE, "window_size": 2},
+    # The stem (32) and head (1280) widths are constants of the modeling code, scaled only by width_coefficient:
+    # keep the B0 stage widths, and B0's coefficients instead of the default B7's.
+    "efficientnet": {
+        "width_coefficient": 1.0,
+        "depth_coefficient": 1.0,
+        "in_channels": [32, 16, 24, 40, 80, 112, 192],
+        "out_channels": [16, 24, 40, 80, 112, 192, 320],
+        "hidden_dim": 1280,
+    },
+}
+
+
+class TooLarge(Exception):
+    """A tiny model that would still exceed MAX_PARAMS; raised before it is built."""
 
 
 def tiny_config(model_type: str) -> PretrainedConfig:
-    """A tiny config of `model_type` (~128 vocab, hidden 32, 2 layers, 4 heads, 2 kv heads, 4 experts top-2)."""
-    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        raise ValueError(f"{model_type!r} is not a decoder LM (not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)")
-    default = AutoConfig.for_model(model_type)
-    overrides = {}
-    for name, value in TINY_SIZES.items():
-        attribute = default.attribute_map.get(name, name)
-        if hasattr(default, attribute):
-            overrides[attribute] = value
-    layer_types = getattr(default, "layer_types", None)
-    if layer_types is not None:
-        overrides["layer_types"] = list(layer_types[:NUM_LAYERS])
-    for name, value in TINY_TOKEN_IDS.items():
-        if getattr(default, name, None) is not None:
-            overrides[name] = value
-    overrides.update(MODEL_OVERRIDES.get(model_type, {}))
-    return AutoConfig.for_model(model_type, **overrides)
+    """A tiny config of `model_type` (widths 64, 4 heads of 16, 2 kv heads, 2 layers, 128 vocab, 4 experts top-2)."""
+    if model_type not in CONFIG_MAPPING_NAMES:
+        raise ValueError(f"unknown model type {model_type!r} (not in transformers' CONFIG_MAPPING_NAMES)")
+    config_class = CONFIG_MAPPING[model_type]
+    token_ids = TokenIds()
+    fields = shrink_config_fields(config_class, config_class().to_dict(), token_ids, top_level=True)
+    for path, value in MODEL_OVERRIDES.get(model_type, {}).items():
+        set_path(fields, path, value)
+    return config_class(**fields)
+
+
+def init_fields(config_class: type) -> set[str]:
+    return {field.name for field in dataclasses.fields(config_class) if field.init}
+
+
+def sub_config_class(config_class: type, name: str, values: dict) -> type:
+    """The config class a nested config dict is built into: its `model_type`'s, else the parent's sub_configs'."""
+    if values.get("model_type") in CONFIG_MAPPING:
+        return CONFIG_MAPPING[values["model_type"]]
+    return config_class.sub_configs[name]
+
+
+def is_sub_config(config_class: type, name: str, value) -> bool:
+    return isinstance(value, dict) and ("model_type" in value or name in getattr(config_class, "sub_configs", {}))
+
+
+def shrink_config_fields(config_class: type, values: dict, token_ids: "TokenIds", top_level: bool = False) -> dict:
+    """The init fields of `values` (a config's to_dict), shrunk; sub-config dicts recursively.
+
+    Attributes the config class derives itself are dropped (it recomputes them from the tiny fields); a sub-config
+    keeps the extra attributes its parent's defaults give it (the class alone would not set them)."""
+    fields = init_fields(config_class)
+    derived = set(values) if top_level else set(config_class().to_dict())
+    values = {name: value for name, value in values.items() if name in fields or name not in derived}
+    old_layers = layer_count(values)
+    width_scale = shared_width_scale(values)
+    shrunk = {}
+    for name, value in values.items():
+        if is_sub_config(config_class, name, value):
+            if value.get("model_type") == "timm_backbone":
+                value = resnet_backbone(value)
+            sub_class = sub_config_class(config_class, name, value)
+            shrunk[name] = {**shrink_config_fields(sub_class, value, token_ids), "model_type": sub_class.model_type}
+        elif TOKEN_ID.fullmatch(name):
+            shrunk[name] = token_ids.map(name, value)
+        else:
+            shrunk[name] = shrink_value(name, value, old_layers, width_scale)
+    derived_sizes(config_class, values, shrunk)
+    return shrunk
+
+
+def resnet_backbone(timm_backbone: dict) -> dict:
+    """transformers' own ResNet with the same output stages, for a timm backbone (timm is an optional package that
+    a verification machine need not have)."""
+    resnet = CONFIG_MAPPING["resnet"]().to_dict()
+    if timm_backbone.get("out_indices") is not None:
+        resnet["out_indices"] = list(timm_backbone["out_indices"])
+        resnet.pop("out_features", None)
+    return resnet
+
+
+MAMBA_HEADS = ("mamba_n_heads", "mamba_num_heads", "n_mamba_heads", "num_heads")
+MAMBA_HEAD_DIMS = ("mamba_d_head", "mamba_head_dim", "mamba_headdim", "head_dim")
+
+
+def derived_sizes(config_class: type, values: dict, shrunk: dict) -> None:
+    """Sizes that must satisfy an equation with others, recomputed from the tiny ones (in place)."""
+    head_dim = old_head_dim(values)
+    for name, tiny in NONE_DEFAULTS.items():
+        if name in shrunk and shrunk[name] is None:  # "derive it" defaults that some models never derive
+            shrunk[name] = tiny
+    if "kv_lora_rank" in values and isinstance(shrunk.get("num_key_value_heads"), int):
+        # multi-latent attention: keys and values are per head, none are shared
+        shrunk["num_key_value_heads"] = shrunk.get("num_attention_heads", NUM_HEADS)
+    if isinstance(shrunk.get("rotary_dim"), int) and head_dim:  # a partial rotary dim keeps its share of the head
+        shrunk["rotary_dim"] = max(2, 2 * round(values["rotary_dim"] * HEAD_DIM / head_dim / 2))
+    expand = next((shrunk[name] for name in ("mamba_expand", "expand") if isinstance(shrunk.get(name), int)), None)
+    hidden = shrunk.get("hidden_size")
+    if expand and isinstance(hidden, int):  # state-space mixers: heads x head dim = expand x hidden size
+        heads = next((name for name in MAMBA_HEADS if isinstance(shrunk.get(name), int)), None)
+        dim = next((name for name in MAMBA_HEAD_DIMS if isinstance(shrunk.get(name), int)), None)
+        if heads and dim:
+            shrunk[heads] = max(1, expand * hidden // shrunk[dim])
+        if isinstance(shrunk.get("mamba_d_ssm"), int):
+            shrunk["mamba_d_ssm"] = expand * hidden
+    if "rope_parameters" in shrunk:
+        shrunk["rope_parameters"] = shrink_rope(shrunk["rope_parameters"], head_dim)
+        if "mrope_section" in getattr(config_class, "ignore_keys_at_rope_validation", ()):
+            insert_mrope_section(shrunk)
+
+
+def insert_mrope_section(shrunk: dict) -> None:
+    """A multimodal-rope config without `mrope_section` gets one for HEAD_DIM: the modeling default is for the
+    default head dim (Qwen2-VL's [16, 24, 24] for 128), which no tiny head fits."""
+    rope = shrunk["rope_parameters"]
+    if not isinstance(rope, dict) or "mrope_section" in rope:
+        return
+    factor = rope.get("partial_rotary_factor", shrunk.get("partial_rotary_factor", 1.0)) or 1.0
+    rope["mrope_section"] = split_proportionally([2, 3, 3], max(3, round(HEAD_DIM * factor / 2)))
+
+
+def layer_count(values: dict) -> int | None:
+    """The default number of layers of one config dict (its first main layer-count field)."""
+    for name in (
+        "num_hidden_layers",
+        "num_layers",
+        "n_layer",
+        "n_layers",
+        "decoder_layers",
+        "encoder_layers",
+        "depth",
+    ):
+        if isinstance(values.get(name), int) and not isinstance(values[name], bool):
+            return values[name]
+    return None
+
+
+def old_head_dim(values: dict) -> int | None:
+    """The default head dim of one config dict: explicit, else width / heads (under any of their usual names)."""
+    if isinstance(values.get("head_dim"), int):
+        return values["head_dim"]
+    width = next(
+        (values[name] for name in ("hidden_size", "n_embd", "d_model") if isinstance(values.get(name), int)), 0
+    )
+    heads = next((values[name] for name in ("num_attention_heads", "n_head", "num_heads") if values.get(name)), None)
+    return width // heads if isinstance(heads, int) and width else None
+
+
+def size_rule(name: str) -> int | None:
+    for pattern, tiny in SIZE_RULES:
+        if re.fullmatch(pattern, name):
+            return tiny
+    return None
+
+
+def shrink_value(name: str, value, old_layers: int | None, width_scale: float):
+    """The tiny value of one (non-sub-config, non-token-id) init field."""
+    if name in OFF_FLAGS:
+        return False if value else value
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        tiny = size_rule(name)
+        if tiny is not None and value > 0:
+            return min(value, tiny)
+        if LAYER_PERIOD.fullmatch(name):
+            return min(value, NUM_LAYERS)
+        if LAYER_OFFSET.fullmatch(name):
+            return value % NUM_LAYERS
+        if old_layers and LAYER_COUNT.fullmatch(name) and NUM_LAYERS < value <= old_layers:
+            return remap_layer_index(value, old_layers)
+        return value
+    if isinstance(value, list) and value:
+        return shrink_list(name, value, old_layers, width_scale)
+    return value
+
+
+def remap_layer_index(index: int, old_layers: int) -> int:
+    """A layer index or count of `old_layers` mapped onto NUM_LAYERS: 0 stays 0, anything above 0 stays above."""
+    return min(NUM_LAYERS, max(1, math.floor(index * NUM_LAYERS / old_layers))) if index else 0
+
+
+def shrink_list(name: str, value: list, old_layers: int | None, width_scale: float) -> list:
+    """The tiny value of a list field: its items shrunk by kind, then one per tiny layer if it had one per layer."""
+    shrunk = shrink_list_items(name, value, old_layers, width_scale)
+    if old_layers and len(shrunk) == old_layers > NUM_LAYERS:  # one entry per layer (or per stage, counted as layers)
+        return shrunk[:NUM_LAYERS] if is_int_list(shrunk) else pick_layers(shrunk)
+    return shrunk
+
+
+def shrink_list_items(name: str, value: list, old_layers: int | None, width_scale: float) -> list:
+    ints = is_int_list(value)
+    if ints and WIDTH_LISTS.fullmatch(name):
+        return shrink_width_list(value, width_scale)
+    if ints and HEAD_LISTS.fullmatch(name):  # per-stage heads: the same everywhere, or doubling with the widths
+        return (
+            [NUM_HEADS] * len(value)
+            if len(set(value)) == 1
+            else [min(item, 2**stage) for stage, item in enumerate(value)]
+        )
+    if ints and DEPTH_LISTS.fullmatch(name):
+        return [min(item, 1) for item in value]
+    if ints and size_rule(name) == IMAGE_SIZE:  # (height, width)
+        return [min(item, IMAGE_SIZE) for item in value]
+    if old_layers and len(value) == old_layers:
+        tiny = size_rule(name)
+        return [min(item, tiny) if tiny and type(item) is int else item for item in value]
+    if LAYER_PATTERN.fullmatch(name) and all(isinstance(item, str) for item in value) and len(value) > NUM_LAYERS:
+        return pick_layers(value)  # a pattern of layer kinds repeated over the layers: keep each kind that fits
+    if name.endswith("pinpoints") and all(is_int_list(item) for item in value):
+        # resolutions that images are tiled to: multiples of the vision tower's image size
+        base = min(min(item) for item in value)
+        return [[size * IMAGE_SIZE // base for size in item] for item in value]
+    if ints and old_layers and LAYER_INDICES.fullmatch(name) and all(0 <= item <= old_layers for item in value):
+        # indices of layers (or of hidden states, 0 being the embeddings): as many, spread over the new layers
+        return [min(NUM_LAYERS, math.ceil(item * NUM_LAYERS / old_layers)) for item in value]
+    return value
+
+
+def is_int_list(value) -> bool:
+    return isinstance(value, list) and bool(value) and all(type(item) is int for item in value)
+
+
+def shared_width_scale(values: dict) -> float:
+    """One scale for all per-stage width lists of a config dict (one stage's output is the next one's input), so
+    that the widest becomes HIDDEN_SIZE (the last stage's width often is the config's hidden size)."""
+    widths = [max(value) for name, value in values.items() if is_int_list(value) and WIDTH_LISTS.fullmatch(name)]
+    return min(1.0, HIDDEN_SIZE / max(widths)) if widths and max(widths) > 0 else 1.0
+
+
+def shrink_width_list(widths: list[int], scale: float) -> list[int]:
+    """Per-stage widths: equal ones stay equal (HIDDEN_SIZE); others scaled, each a multiple of 8 (so group norms and
+    head splits still divide them); image channel counts (<= 4, a stem's input) stay."""
+    if len(set(widths)) == 1:
+        return [min(widths[0], HIDDEN_SIZE)] * len(widths)
+    return [max(8, int(round(width * scale / 8)) * 8) if width > 4 else width for width in widths]
+
+
+def pick_layers(items: list) -> list:
+    """NUM_LAYERS items of a per-layer list, in order: the first, then a different kind (full attention first: the
+    causal mask of a hybrid model needs one attention layer), then the rest in order."""
+    different = [index for index, item in enumerate(items) if item != items[0]]
+    full_attention = [
+        index for index in different if "attention" in str(items[index]) and "linear" not in str(items[index])
+    ]
+    picked = [0] + (full_attention or different)[:1]
+    picked += [index for index in range(len(items)) if index not in picked][: NUM_LAYERS - len(picked)]
+    return [items[index] for index in sorted(picked)]
+
+
+def shrink_rope(rope, old_head_dim: int | None):
+    """Rescale `mrope_section` (it splits the rotary half of a head) to HEAD_DIM; nested per-layer-type dicts too."""
+    if not isinstance(rope, dict):
+        return rope
+    rope = {key: shrink_rope(value, old_head_dim) if isinstance(value, dict) else value for key, value in rope.items()}
+    section = rope.get("mrope_section")
+    if isinstance(section, list) and section and old_head_dim:
+        total = max(len(section), round(sum(section) * HEAD_DIM / old_head_dim))
+        rope["mrope_section"] = split_proportionally(section, total)
+    return rope
+
+
+def split_proportionally(parts: list[int], total: int) -> list[int]:
+    """`total` split in the proportions of `parts`, each part >= 1 (largest remainders get the rest)."""
+    shares = [part * (total - len(parts)) / sum(parts) for part in parts]
+    result = [1 + math.floor(share) for share in shares]
+    by_remainder = sorted(range(len(parts)), key=lambda i: (shares[i] - math.floor(shares[i]), -i), reverse=True)
+    for index in by_remainder[: total - sum(result)]:
+        result[index] += 1
+    return result
+
+
+class TokenIds:
+    """Maps each distinct default token id to a small one: pad/bos/eos names first (0, 1, 2), others from 3 on."""
+
+    def __init__(self):
+        self.mapped: dict[int, int] = {}
+
+    def map(self, name: str, value):
+        if isinstance(value, list):
+            return [self.map(name, item) for item in value]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            return value
+        if value not in self.mapped:
+            taken = set(self.mapped.values())
+            preferred = FIRST_TOKEN_IDS.index(name) if name in FIRST_TOKEN_IDS else None
+            if preferred is not None and preferred not in taken:
+                self.mapped[value] = preferred
+            else:
+                self.mapped[value] = next(i for i in range(len(FIRST_TOKEN_IDS), SPECIAL_IDS) if i not in taken)
+        return self.mapped[value]
+
+
+def set_path(fields: dict, path: str, value) -> None:
+    *parents, name = path.split(".")
+    for parent in parents:
+        fields = fields[parent]
+    fields[name] = value
+
+
+def parameter_count(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
+
+
+def build_tiny_model(model_class: type, config: PretrainedConfig) -> torch.nn.Module:
+    """`model_class(config)` in eval mode with seeded weights; TooLarge (counted on `meta`) before any allocation."""
+    with torch.device("meta"):
+        count = parameter_count(model_class(config))
+    if count > MAX_PARAMS:
+        raise TooLarge(f"{count:,} parameters and buffers > budget {MAX_PARAMS:,}")
+    torch.manual_seed(0)
+    return model_class(config).eval()

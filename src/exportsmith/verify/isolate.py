@@ -1,0 +1,223 @@
+"""Run one model's check per child process, with a memory cap and a timeout, and sweep many of them resumably.
+
+`run_isolated(model_type, check)` forks a child from a forkserver that has torch and transformers imported already
+(a spawned child would re-import them, ~3 s, for every model), caps its address space with RLIMIT_AS, and turns
+whatever happens into a `Record`: the check's own verdict, or `crash` (the child died or raised), `oom` (a
+MemoryError or an allocation failure in the child, or a SIGKILL from the kernel) or `timeout` (the child is killed).
+
+`sweep(model_types, path, check)` runs at most `jobs` children at a time, appends each record as a JSON line to
+`path` as soon as it is known, skips model types already recorded there (so an interrupted sweep resumes), and
+reports `[i/N] model_type status` on stderr.
+
+`tools/sweep_eager.py` is the command line over `sweep`.
+"""
+
+import json
+import multiprocessing
+import multiprocessing.connection
+import resource
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from exportsmith.verify.tasks import AUDIO_LAYOUTS, config_for, dummy_inputs, model_class, takes_audio
+from exportsmith.verify.tiny import TooLarge, build_tiny_model, parameter_count, tiny_config
+
+STATUSES = ("ok", "refused", "build-error", "eager-error", "crash", "oom", "timeout")
+MEMORY_LIMIT = 6 * 2**30  # bytes of address space per child
+TIMEOUT = 300.0  # seconds per child
+JOBS = 2  # children at a time: one per core
+
+# A check runs in the child: model_type -> {"status", "reason", "params", ...}. It must be a module-level function
+# (it is pickled by reference).
+Check = Callable[[str], dict]
+
+
+@dataclass
+class Record:
+    model_type: str
+    status: str
+    reason: str = ""
+    seconds: float = 0.0
+    params: int | None = None
+    model_class: str | None = None
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown status {self.status!r} for {self.model_type}")
+
+
+def first_line(error: BaseException) -> str:
+    """The exception's type and first line (two when the first only introduces the second, as validators' do)."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    text = " ".join(lines[:2]) if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+    return f"{type(error).__name__}: {text}"
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    # torch's CPU allocator raises RuntimeError("... DefaultCPUAllocator: can't allocate memory ..."): the message
+    # is the only thing that tells it from other RuntimeErrors.
+    return isinstance(error, MemoryError) or "can't allocate memory" in str(error)
+
+
+def check_eager(model_type: str) -> dict:
+    """Build the tiny model of `model_type` (refused above the budget) and run one eager forward on dummy inputs."""
+    stage = "build-error"
+    record = {"params": None, "model_class": None}
+    try:
+        _, cls = model_class(model_type)
+        record["model_class"] = cls.__name__
+        model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+        record["params"] = parameter_count(model)
+        stage = "eager-error"
+        run_eager(model)
+    except TooLarge as error:
+        return {**record, "status": "refused", "reason": str(error)}
+    except Exception as error:
+        return {**record, "status": "oom" if is_out_of_memory(error) else stage, "reason": first_line(error)}
+    return {**record, "status": "ok", "reason": ""}
+
+
+def run_eager(model: torch.nn.Module) -> None:
+    """One forward on dummy inputs; for audio, each layout in turn until one runs (the first one's error if none)."""
+    layouts = range(AUDIO_LAYOUTS) if takes_audio(model) else range(1)
+    first_error = None
+    for layout in layouts:
+        try:
+            inputs = dummy_inputs(model, audio_layout=layout)
+            with torch.no_grad():
+                model(**inputs)
+            return
+        except Exception as error:
+            if is_out_of_memory(error):
+                raise
+            first_error = first_error or error
+    raise first_error
+
+
+def child_main(check: Check, model_type: str, memory_limit: int, connection) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+    torch.set_num_threads(1)  # JOBS children share the cores
+    try:
+        result = check(model_type)
+    except BaseException as error:  # the check itself failed: the sweep records it and goes on
+        result = {"status": "oom" if is_out_of_memory(error) else "crash", "reason": first_line(error)}
+    connection.send(result)
+    connection.close()
+
+
+def context():
+    ctx = multiprocessing.get_context("forkserver")
+    # Children fork from a server that has imported this module, hence torch and transformers.
+    ctx.set_forkserver_preload(["exportsmith.verify.isolate"])
+    return ctx
+
+
+@dataclass
+class Running:
+    model_type: str
+    process: multiprocessing.Process
+    connection: multiprocessing.connection.Connection
+    started: float
+
+
+def start(check: Check, model_type: str, memory_limit: int) -> Running:
+    receiver, sender = context().Pipe(duplex=False)
+    process = context().Process(target=child_main, args=(check, model_type, memory_limit, sender), daemon=True)
+    process.start()
+    sender.close()
+    return Running(model_type, process, receiver, time.monotonic())
+
+
+def finish(running: Running, timeout: float | None) -> Record:
+    """The record of a child that exited, or that is killed now because it ran past `timeout` (when given)."""
+    seconds = round(time.monotonic() - running.started, 1)
+    if timeout is not None:
+        running.process.kill()
+        running.process.join()
+        return Record(running.model_type, "timeout", f"no result within {timeout:g} s", seconds)
+    result = None
+    if running.connection.poll():
+        try:
+            result = running.connection.recv()
+        except EOFError:
+            result = None
+    running.process.join()
+    running.connection.close()
+    if result is None:
+        code = running.process.exitcode
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name
+            status = "oom" if -code == signal.SIGKILL else "crash"
+            return Record(running.model_type, status, f"child killed by {name}", seconds)
+        return Record(running.model_type, "crash", f"child exited with code {code} and no result", seconds)
+    return Record(
+        running.model_type,
+        seconds=seconds,
+        **{key: result.get(key) for key in ("status", "reason", "params", "model_class")},
+    )
+
+
+def run_isolated(
+    model_type: str, check: Check = check_eager, timeout: float = TIMEOUT, memory_limit: int = MEMORY_LIMIT
+) -> Record:
+    """One check of one model type in its own child process."""
+    running = start(check, model_type, memory_limit)
+    running.process.join(timeout)
+    return finish(running, timeout if running.process.is_alive() else None)
+
+
+def recorded(path: Path) -> dict[str, dict]:
+    """model_type -> record of the JSON lines already in `path` (a torn line is ignored, its type checked again)."""
+    records = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            records[record["model_type"]] = record
+    return records
+
+
+def sweep(
+    model_types: Iterable[str],
+    path: Path,
+    check: Check = check_eager,
+    jobs: int = JOBS,
+    timeout: float = TIMEOUT,
+    memory_limit: int = MEMORY_LIMIT,
+) -> dict[str, dict]:
+    """Check every model type not yet recorded in `path`, `jobs` at a time; -> all records of `path`."""
+    model_types = list(model_types)
+    done = recorded(path)
+    pending = [model_type for model_type in model_types if model_type not in done]
+    total, count = len(model_types), len(model_types) - len(pending)
+    running: list[Running] = []
+    with path.open("a") as out:
+        if path.stat().st_size and not path.read_text().endswith("\n"):
+            out.write("\n")  # after a torn last line (an interrupted write), start a new one
+        while pending or running:
+            while pending and len(running) < jobs:
+                running.append(start(check, pending.pop(0), memory_limit))
+            now = time.monotonic()
+            deadline = min(item.started + timeout for item in running)
+            multiprocessing.connection.wait([item.process.sentinel for item in running], max(0.0, deadline - now))
+            for item in list(running):
+                timed_out = time.monotonic() >= item.started + timeout
+                if item.process.is_alive() and not timed_out:
+                    continue
+                running.remove(item)
+                record = finish(item, timeout if timed_out and item.process.is_alive() else None)
+                out.write(json.dumps(asdict(record)) + "\n")
+                out.flush()
+                count += 1
+                print(f"[{count}/{total}] {record.model_type} {record.status}", file=sys.stderr, flush=True)
+    return recorded(path)

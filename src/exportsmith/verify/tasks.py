@@ -1,0 +1,417 @@
+"""Which class of a model type to build, and seeded dummy inputs for one eager forward of it.
+
+`model_class(model_type)` takes the first auto mapping of `PRIORITY_MAPPINGS` (causal LM, seq2seq LM, masked LM,
+image-text-to-text, ..., base model), then of every other auto mapping by name, that has the model type; a type in
+no mapping (a sub-model such as `siglip_text_model`) gets the model class of its modeling files whose
+`config_class` is the type's config class. Refuses (LookupError) a type with neither. `config_for` picks the
+sub-config a class is built from (a composite type's causal LM takes its text config).
+
+`dummy_inputs(model)` reads the forward's parameters and the config, processor-free, like transformers' own tests:
+text gets `input_ids` (+ `attention_mask`) drawn above the special token ids, encoder-decoders `decoder_input_ids`,
+vision `pixel_values` of the config's size and channels (video clips, image pairs, LLaVA-NeXT tiles + `image_sizes`,
+flattened patches + `image_grid_thw` for Qwen-style towers), audio `input_features`/`input_values` of the length
+the config implies (in one of `AUDIO_LAYOUTS`); a multimodal model gets every modality it has, with as many
+placeholder tokens in `input_ids` as its `get_image_features`/`get_audio_features` return features, framed by the
+config's start/end tokens. Refuses (ValueError) a model whose main input it cannot build.
+"""
+
+import importlib
+import inspect
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import PreTrainedModel
+from transformers.models.auto import modeling_auto
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING, model_type_to_module_name
+
+from exportsmith.verify.tiny import SPECIAL_IDS
+
+BATCH = 2
+TEXT_LENGTH = 8
+DECODER_LENGTH = 4
+AUDIO_SAMPLES = 3200  # 0.2 s at 16 kHz: longer than every conv feature extractor's receptive field
+AUDIO_FRAMES = 64  # feature frames where the config does not fix their number
+
+
+PRIORITY_MAPPINGS = (
+    ("causal-lm", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),
+    ("seq2seq-lm", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"),
+    ("masked-lm", "MODEL_FOR_MASKED_LM_MAPPING_NAMES"),
+    ("image-text-to-text", "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES"),
+    ("multimodal-lm", "MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES"),
+    ("speech-seq2seq", "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES"),
+    ("ctc", "MODEL_FOR_CTC_MAPPING_NAMES"),
+    ("audio-classification", "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES"),
+    ("image-classification", "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES"),
+    ("base", "MODEL_MAPPING_NAMES"),
+)
+
+
+def task_mappings() -> list[tuple[str, dict]]:
+    """PRIORITY_MAPPINGS, then every other auto mapping of modeling_auto in name order."""
+    named = [name for _, name in PRIORITY_MAPPINGS]
+    others = sorted(name for name in dir(modeling_auto) if name.startswith("MODEL_FOR_") and name.endswith("_NAMES"))
+    tasks = [(task, getattr(modeling_auto, name)) for task, name in PRIORITY_MAPPINGS]
+    for name in others:
+        if name not in named:
+            tasks.append(
+                (name.removeprefix("MODEL_FOR_").removesuffix("_MAPPING_NAMES").lower(), getattr(modeling_auto, name))
+            )
+    return tasks
+
+
+def model_class(model_type: str) -> tuple[str, type]:
+    """(task, class) to build for `model_type`."""
+    for task, mapping in task_mappings():
+        name = mapping.get(model_type)
+        if isinstance(name, (list, tuple)):
+            name = name[0]
+        if name:
+            if hasattr(transformers, name):
+                return task, getattr(transformers, name)
+            break  # a mapping entry that transformers does not export: look in the modeling files
+    return "config-class", class_of_config(model_type)
+
+
+def class_of_config(model_type: str) -> type:
+    """The model class of the type's modeling files whose config_class is the type's config (`...Model` first)."""
+    config_class = CONFIG_MAPPING[model_type]
+    module = model_type_to_module_name(model_type)
+    folder = Path(transformers.__file__).parent / "models" / module
+    candidates = []
+    for path in sorted(folder.glob("modeling_*.py")):
+        modeling = importlib.import_module(f"transformers.models.{module}.{path.stem}")
+        for _, candidate in inspect.getmembers(modeling, inspect.isclass):
+            if (
+                candidate.__module__ == modeling.__name__
+                and issubclass(candidate, PreTrainedModel)
+                and candidate.config_class is config_class
+            ):
+                candidates.append(candidate)
+    if not candidates:
+        raise LookupError(f"no model class for {config_class.__name__} in the auto mappings or its modeling files")
+    # The plain `...Model` over heads; never the abstract `...PreTrainedModel`.
+    return min(
+        candidates,
+        key=lambda cls: (
+            "PreTrained" in cls.__name__,
+            not cls.__name__.endswith("Model"),
+            len(cls.__name__),
+            cls.__name__,
+        ),
+    )
+
+
+def config_for(model_class: type, config):
+    """`config`, or its sub-config that `model_class` is built from (a composite type's causal LM takes the text
+    config, as `AutoModelForCausalLM.from_config` does)."""
+    wanted = getattr(model_class, "config_class", None)
+    if wanted is None or isinstance(config, wanted):
+        return config
+    for name in getattr(config, "sub_configs", {}):
+        sub = getattr(config, name, None)
+        if isinstance(sub, wanted):
+            return sub
+    return config
+
+
+def forward_parameters(model: torch.nn.Module) -> list[str]:
+    return [name for name in inspect.signature(model.forward).parameters if name not in ("args", "kwargs")]
+
+
+def required_parameters(model: torch.nn.Module) -> list[str]:
+    signature = inspect.signature(model.forward).parameters.values()
+    return [parameter.name for parameter in signature if parameter.default is inspect.Parameter.empty]
+
+
+def main_input(model: torch.nn.Module, parameters: list[str]) -> str:
+    """`main_input_name` where the forward takes it; else the forward's first parameter (sub-models such as vision
+    towers often keep the inherited "input_ids")."""
+    return model.main_input_name if model.main_input_name in parameters else parameters[0]
+
+
+def takes_audio(model: torch.nn.Module) -> bool:
+    return bool({"input_features", "input_values"} & set(forward_parameters(model)))
+
+
+def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0) -> dict:
+    """Keyword arguments for one eager forward of `model` (seeded, deterministic); see AUDIO_LAYOUTS."""
+    generator = torch.Generator().manual_seed(0)
+    config, ordered = model.config, forward_parameters(model)
+    parameters, main = set(ordered), main_input(model, ordered)
+    inputs = {}
+    # Every modality the model has: its main input, a placeholder token for it, or a sub-config for its encoder.
+    wants_images = main == "pixel_values_videos" or (
+        "pixel_values" in parameters
+        and (main == "pixel_values" or has_image_token(config) or hasattr(config, "vision_config"))
+    )
+    wants_audio = bool({"input_features", "input_values"} & parameters) and (
+        main in ("input_features", "input_values")
+        or has_audio_token(config)
+        or (hasattr(config, "audio_config") and not unset_placeholder(config, MODALITIES[1]))
+    )
+    if main == "hidden_states" and "grid_thw" in parameters:  # a Qwen-style vision tower on its own
+        inputs.update(patch_inputs(config, "hidden_states", "grid_thw", generator))
+    elif main in ("hidden_states", "inputs_embeds"):  # a stack that takes embeddings
+        width = first_int(config, ("hidden_size", "d_model", "embed_dim"), 64)
+        inputs[main] = torch.randn((BATCH, TEXT_LENGTH, width), generator=generator)
+    elif main == "spectrogram":  # a vocoder
+        bins = first_int(config, ("model_in_dim", "num_mel_bins"), 80)
+        inputs[main] = torch.randn((BATCH, AUDIO_FRAMES, bins), generator=generator)
+    elif wants_images:
+        inputs.update(image_inputs(model, config, parameters, generator))
+    if wants_audio:
+        inputs.update(audio_inputs(config, parameters, main, audio_layout, generator))
+    if "input_ids" in parameters:
+        inputs.update(text_inputs(model, config, parameters, inputs, generator))
+    for name in required_parameters(model):
+        if name.endswith("_input_ids") and name not in inputs:  # a second text input (a Q-Former's prompt, ...)
+            prefix = name.removesuffix("_input_ids")
+            inputs[name] = random_tokens(
+                vocab(sub_config(config, f"{prefix}_config", "text_config")), (BATCH, TEXT_LENGTH), generator
+            )
+    if "decoder_input_ids" in parameters and getattr(config, "is_encoder_decoder", False):
+        inputs["decoder_input_ids"] = random_tokens(decoder_vocab(config), (BATCH, DECODER_LENGTH), generator)
+    if main not in inputs:
+        raise ValueError(f"cannot build the main input {main!r} of {type(model).__name__}")
+    return inputs
+
+
+def sub_config(config, *names):
+    for name in names:
+        sub = getattr(config, name, None)
+        if sub is not None and not isinstance(sub, (int, float, str, bool, list, dict)):
+            return sub
+    return config
+
+
+def first_int(config, names, default):
+    for name in names:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return default
+
+
+def vocab(config) -> int:
+    text = sub_config(config, "text_config", "decoder", "language_config", "llm_config")
+    return first_int(text, ("vocab_size",), None) or first_int(config, ("vocab_size",), 128)
+
+
+def decoder_vocab(config) -> int:
+    decoder = sub_config(config, "decoder", "decoder_config", "text_config")
+    return first_int(decoder, ("vocab_size",), None) or vocab(config)
+
+
+def random_tokens(vocab_size: int, shape: tuple, generator: torch.Generator) -> torch.Tensor:
+    """Token ids above the special ids (see tiny.SPECIAL_IDS) where the vocabulary has room for them."""
+    low = SPECIAL_IDS if vocab_size > 2 * SPECIAL_IDS else 0
+    return torch.randint(low, vocab_size, shape, generator=generator)
+
+
+def token_id(config, *names):
+    """The first of `names` set on the config or its text config."""
+    for holder in (config, sub_config(config, "text_config")):
+        for name in names:
+            value = getattr(holder, name, None)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+    return None
+
+
+def unset_placeholder(config, modality: "Modality") -> bool:
+    """The config has a placeholder token for the modality but leaves it unset (a processor sets it): features could
+    not be placed in the text."""
+    holders = (config, sub_config(config, "text_config"))
+    names = [name for holder in holders for name in modality.placeholder if hasattr(holder, name)]
+    return bool(names) and token_id(config, *modality.placeholder) is None
+
+
+def has_image_token(config) -> bool:
+    return token_id(config, "image_token_id", "image_token_index") is not None
+
+
+def has_audio_token(config) -> bool:
+    return token_id(config, "audio_token_id", "audio_token_index") is not None
+
+
+def vision_config(config):
+    return sub_config(config, "vision_config", "vision_encoder_config", "encoder")
+
+
+def image_size(vision) -> tuple[int, int, int]:
+    """(channels, height, width) of one image."""
+    channels = first_int(vision, ("num_channels", "in_channels", "in_chans", "input_channels"), 3)
+    size = getattr(vision, "image_size", None) or 32
+    height, width = (size, size) if isinstance(size, int) else tuple(size)[-2:]
+    return channels, height, width
+
+
+def image_inputs(model, config, parameters: set[str], generator: torch.Generator) -> dict:
+    for grid_name in ("image_grid_thw", "grid_thw"):
+        if grid_name in parameters:
+            return patch_inputs(config, "pixel_values", grid_name, generator)
+    vision = vision_config(config)
+    channels, height, width = image_size(vision)
+    frames = first_int(vision, ("num_frames", "frames_per_clip"), None) or first_int(config, ("num_frames",), None)
+    if "pixel_values_videos" in parameters and "pixel_values" not in parameters:
+        return {"pixel_values_videos": torch.randn((BATCH, frames or 4, channels, height, width), generator=generator)}
+    if frames:  # video classifiers take clips in pixel_values
+        return {"pixel_values": torch.randn((BATCH, frames, channels, height, width), generator=generator)}
+    if type(model).__name__ in modeling_auto.MODEL_FOR_KEYPOINT_MATCHING_MAPPING_NAMES.values():  # image pairs
+        return {"pixel_values": torch.randn((BATCH, 2, channels, height, width), generator=generator)}
+    if "pixel_attention_mask" in parameters:  # Idefics-style: a list of images per sample, and which pixels are real
+        return {
+            "pixel_values": torch.randn((BATCH, 1, channels, height, width), generator=generator),
+            "pixel_attention_mask": torch.ones((BATCH, 1, height, width), dtype=torch.bool),
+        }
+    shape = (BATCH, channels, height, width)
+    if not requires_image_sizes(model):
+        return {"pixel_values": torch.randn(shape, generator=generator)}
+    sizes = torch.tensor([[height, width]] * BATCH)
+    if getattr(config, "image_grid_pinpoints", None):  # LLaVA-NeXT tiles: the model's own helper says how many
+        tiles = sys.modules[type(model).__module__].image_size_to_num_patches(
+            (height, width), config.image_grid_pinpoints, height
+        )
+        shape = (BATCH, tiles, channels, height, width)
+    return {"pixel_values": torch.randn(shape, generator=generator), "image_sizes": sizes}
+
+
+def requires_image_sizes(model: torch.nn.Module) -> bool:
+    """Whether the model's image features need each image's size (LLaVA-NeXT tiles, Pixtral's variable sizes)."""
+    owner = feature_owner(model, "get_image_features")
+    if owner is None:
+        return False
+    parameter = inspect.signature(owner.get_image_features).parameters.get("image_sizes")
+    return parameter is not None and parameter.default is inspect.Parameter.empty
+
+
+def patch_inputs(config, pixel_name: str, grid_name: str, generator: torch.Generator) -> dict:
+    """Qwen-style flattened patches: (images x t x h x w, channels x temporal x patch x patch) and their grid."""
+    vision = vision_config(config)
+    channels, height, width = image_size(vision)
+    patch = first_int(vision, ("patch_size",), 14)
+    temporal = first_int(vision, ("temporal_patch_size",), 1)
+    grid_h, grid_w = height // patch, width // patch
+    grid = torch.tensor([[1, grid_h, grid_w]] * BATCH)
+    pixels = torch.randn((BATCH * grid_h * grid_w, channels * temporal * patch * patch), generator=generator)
+    return {pixel_name: pixels, grid_name: grid}
+
+
+# Masks over audio frames that audio LMs need to count their features (`padding_mask`s are left out: codecs take
+# them per sample, others per downsampled frame).
+AUDIO_MASKS = ("input_features_mask", "feature_attention_mask", "audio_attention_mask")
+# Audio tensors come in two layouts that neither the config nor the signature tells apart: raw audio as (batch,
+# samples) or (batch, channels=1, samples), features as (batch, frames, bins) or (batch, bins, frames).
+# `audio_layout` 0 is the likelier one for the config, 1 the other; the eager check tries both.
+AUDIO_LAYOUTS = 2
+FEATURE_BINS = (
+    "feature_projection_input_dim",
+    "num_mel_bins",
+    "feature_size",
+    "input_feat_size",
+    "input_feat_per_channel",
+    "input_dim",
+    "n_mels",
+)
+
+
+def audio_inputs(config, parameters: set[str], main: str, layout: int, generator: torch.Generator) -> dict:
+    audio = sub_config(sub_config(config, "thinker_config"), "audio_config", "encoder_config", "encoder")
+    name = (
+        main
+        if main in ("input_features", "input_values")
+        else next(name for name in ("input_features", "input_values") if name in parameters)
+    )
+    if name == "input_values":
+        frames = AUDIO_SAMPLES
+        shape = (BATCH, AUDIO_SAMPLES) if layout == 0 else (BATCH, 1, AUDIO_SAMPLES)
+    else:
+        bins = first_int(audio, FEATURE_BINS, 80) * first_int(audio, ("input_channels",), 1)
+        positions = first_int(audio, ("max_source_positions",), None)
+        # whisper-like encoders take (batch, bins, frames), frames fixed at twice their positions
+        channels_first = positions is not None and hasattr(audio, "num_mel_bins")
+        window = 2 * first_int(audio, ("n_window",), AUDIO_FRAMES // 2)  # chunked encoders take whole chunks
+        frames = 2 * positions if channels_first else max(window, AUDIO_FRAMES // window * window)
+        shape = (BATCH, bins, frames) if channels_first == (layout == 0) else (BATCH, frames, bins)
+    inputs = {name: torch.randn(shape, generator=generator)}
+    for mask in AUDIO_MASKS:
+        if mask in parameters:
+            inputs[mask] = torch.ones((BATCH, frames), dtype=torch.long)
+    return inputs
+
+
+@dataclass(frozen=True)
+class Modality:
+    """How a multimodal model marks one modality in `input_ids`: placeholder token names, framing tokens, and the
+    method that returns the features the placeholders stand for."""
+
+    placeholder: tuple[str, ...]
+    start: tuple[str, ...]
+    end: tuple[str, ...]
+    features: str
+    media: str  # the input that carries it
+
+
+MODALITIES = (
+    Modality(
+        ("image_token_id", "image_token_index"),
+        ("vision_start_token_id", "image_start_token_id", "boi_token_id", "boi_token_index"),
+        ("vision_end_token_id", "image_end_token_id", "eoi_token_id", "eoi_token_index"),
+        "get_image_features",
+        "pixel_values",
+    ),
+    Modality(
+        ("audio_token_id", "audio_token_index"),
+        ("audio_start_token_id", "audio_bos_token_id", "boa_token_id"),
+        ("audio_end_token_id", "audio_eos_token_id", "eoa_token_id"),
+        "get_audio_features",
+        "input_features",
+    ),
+)
+
+
+def text_inputs(model, config, parameters: set[str], media: dict, generator: torch.Generator) -> dict:
+    input_ids = random_tokens(vocab(config), (BATCH, TEXT_LENGTH), generator)
+    token_types = torch.zeros_like(input_ids)
+    for kind, modality in enumerate(MODALITIES, start=1):
+        placeholder = token_id(config, *modality.placeholder)
+        owner = feature_owner(model, modality.features)
+        if modality.media in media and placeholder is not None and owner is not None:
+            block = placeholder_block(owner, config, modality, placeholder, media)
+            input_ids = torch.cat([input_ids[:, :2], block, input_ids[:, 2:]], dim=1)
+            token_types = torch.cat([token_types[:, :2], (block == placeholder).long() * kind, token_types[:, 2:]], 1)
+    inputs = {"input_ids": input_ids}
+    if "attention_mask" in parameters:
+        inputs["attention_mask"] = torch.ones_like(input_ids)
+    if "mm_token_type_ids" in parameters and media:
+        inputs["mm_token_type_ids"] = token_types
+    return inputs
+
+
+def feature_owner(model: torch.nn.Module, method: str) -> torch.nn.Module | None:
+    """The model, or its first submodule (a masked LM's inner model), that has `method`."""
+    return next((module for module in model.modules() if hasattr(module, method)), None)
+
+
+def placeholder_block(model, config, modality: Modality, placeholder: int, media: dict) -> torch.Tensor:
+    """(BATCH, n) tokens: each sample's share of the features as placeholders, framed by the start/end tokens."""
+    accepted = inspect.signature(getattr(model, modality.features)).parameters
+    with torch.no_grad():
+        features = getattr(model, modality.features)(**{k: v for k, v in media.items() if k in accepted})
+    count = feature_count(features) // BATCH
+    start, end = token_id(config, *modality.start), token_id(config, *modality.end)
+    block = [start] * (start is not None) + [placeholder] * count + [end] * (end is not None)
+    return torch.tensor(block, dtype=torch.long).expand(BATCH, -1)
+
+
+def feature_count(features) -> int:
+    """The number of feature vectors in a get_*_features result (a tensor, a list of them, or a ModelOutput)."""
+    if isinstance(features, transformers.utils.ModelOutput):
+        features = features.pooler_output if getattr(features, "pooler_output", None) is not None else features[0]
+    if isinstance(features, torch.Tensor):
+        return features.shape[:-1].numel()
+    return sum(feature_count(item) for item in features)

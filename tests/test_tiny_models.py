@@ -1,0 +1,182 @@
+"""Tiny models for every model type: the tiny rule across modalities, the memory refusal, and the isolated sweep.
+
+The model tests run in this process (seconds each); the isolation tests run scripted checks (crash, raise, hang,
+allocate) in forkserver children, whose functions are pickled by reference to this module.
+"""
+
+import json
+import os
+import time
+
+import pytest
+import torch
+from transformers import WhisperForConditionalGeneration
+
+from exportsmith.verify import tiny
+from exportsmith.verify.isolate import check_eager, recorded, run_isolated, sweep
+from exportsmith.verify.tasks import config_for, dummy_inputs, model_class
+from exportsmith.verify.tiny import NUM_LAYERS, TooLarge, build_tiny_model, tiny_config
+
+# One or more per modality: decoder, encoder-decoder, encoder, vision, speech, raw audio, image-text, mixture of
+# experts, multi-latent attention, per-layer `layer_types`, a hybrid state-space model.
+REPRESENTATIVE = [
+    "llama",
+    "t5",
+    "bert",
+    "vit",
+    "whisper",
+    "wav2vec2",
+    "llava",
+    "qwen2_vl",
+    "mixtral",
+    "deepseek_v3",
+    "gemma3",
+    "bamba",
+]
+
+
+def token_ids(config) -> dict[str, int]:
+    """Every special token id of a config and its sub-configs, by dotted name."""
+    ids = {}
+    for name, value in config.to_dict().items():
+        if isinstance(value, int) and not isinstance(value, bool) and name.endswith(("token_id", "token_index")):
+            ids[name] = value
+    for name in getattr(config, "sub_configs", {}):
+        sub = getattr(config, name, None)
+        if sub is not None:
+            ids.update({f"{name}.{key}": value for key, value in token_ids(sub).items()})
+    return ids
+
+
+@pytest.mark.parametrize("model_type", REPRESENTATIVE)
+def test_tiny_model_builds_under_the_budget_and_runs_eager(model_type):
+    record = check_eager(model_type)
+    assert record["status"] == "ok", record["reason"]
+    assert record["params"] < 2_000_000
+
+
+@pytest.mark.parametrize("model_type", ["llava", "qwen2_vl", "whisper", "gemma3"])
+def test_token_ids_are_inside_the_vocabulary(model_type):
+    config = tiny_config(model_type)
+    vocab_size = config.get_text_config().vocab_size
+    ids = token_ids(config)
+    assert ids, "no special token ids found"
+    assert all(0 <= value < vocab_size for value in ids.values()), ids
+
+
+@pytest.mark.parametrize("model_type", ["gemma3", "qwen3_next", "bamba"])
+def test_per_layer_lists_follow_the_layer_count(model_type):
+    config = tiny_config(model_type).get_text_config()
+    assert config.num_hidden_layers == NUM_LAYERS
+    assert len(config.layer_types) == NUM_LAYERS
+    # the default mixes layer kinds: the tiny model keeps one of each that fits
+    assert len(set(config.layer_types)) == 2
+
+
+def test_sub_configs_shrink_by_the_same_rule():
+    config = tiny_config("llava")
+    text, vision = config.text_config, config.vision_config
+    assert text.hidden_size == vision.hidden_size == tiny.HIDDEN_SIZE
+    assert text.num_hidden_layers == vision.num_hidden_layers == NUM_LAYERS
+    assert text.num_attention_heads * text.head_dim == text.hidden_size
+    assert text.num_attention_heads % text.num_key_value_heads == 0
+    assert vision.image_size % vision.patch_size == 0
+
+
+def test_multimodal_inputs_hold_one_image_token_per_image_feature():
+    _, cls = model_class("llava")
+    model = build_tiny_model(cls, tiny_config("llava"))
+    inputs = dummy_inputs(model)
+    image_tokens = (inputs["input_ids"] == model.config.image_token_id).sum().item()
+    with torch.no_grad():
+        features = model.get_image_features(pixel_values=inputs["pixel_values"]).pooler_output  # one per image
+    assert image_tokens == sum(image.shape[:-1].numel() for image in features) > 0
+
+
+def test_speech_encoder_decoder_gets_features_of_the_configured_length():
+    config = tiny_config("whisper")
+    model = build_tiny_model(WhisperForConditionalGeneration, config)
+    inputs = dummy_inputs(model)
+    assert inputs["input_features"].shape[1:] == (config.num_mel_bins, 2 * config.max_source_positions)
+    assert inputs["decoder_input_ids"].shape[0] == inputs["input_features"].shape[0]
+    with torch.no_grad():
+        model(**inputs)
+
+
+def test_a_model_over_the_budget_is_refused_before_it_is_built(monkeypatch):
+    _, cls = model_class("llama")
+    config = config_for(cls, tiny_config("llama"))
+    devices = []
+
+    class Spy(cls):
+        def __init__(self, config):
+            devices.append(torch.get_default_device().type)
+            super().__init__(config)
+
+    monkeypatch.setattr(tiny, "MAX_PARAMS", 1_000)
+    with pytest.raises(TooLarge, match="budget 1,000"):
+        build_tiny_model(Spy, config)
+    assert devices == ["meta"]
+
+
+def test_the_eager_check_records_a_refusal(monkeypatch):
+    monkeypatch.setattr(tiny, "MAX_PARAMS", 1_000)
+    record = check_eager("llama")
+    assert record["status"] == "refused" and "budget" in record["reason"]
+
+
+# Scripted checks, run in children: what each does is in its model type's name.
+def scripted_check(model_type: str) -> dict:
+    if model_type == "exits":
+        os._exit(3)
+    if model_type == "raises":
+        raise RuntimeError("boom")
+    if model_type == "hangs":
+        time.sleep(60)
+    if model_type == "allocates":
+        bytearray(8 * 2**30)
+    return {"status": "ok", "reason": "", "params": 1}
+
+
+def exiting_check(model_type: str) -> dict:
+    os._exit(3)
+
+
+def test_the_sweep_records_crashes_and_timeouts_and_goes_on(tmp_path, capsys):
+    path = tmp_path / "records.jsonl"
+    records = sweep(["exits", "hangs", "raises", "fine"], path, check=scripted_check, timeout=3)
+    assert {name: record["status"] for name, record in records.items()} == {
+        "exits": "crash",
+        "hangs": "timeout",
+        "raises": "crash",
+        "fine": "ok",
+    }
+    assert "exit" in records["exits"]["reason"] and "code 3" in records["exits"]["reason"]
+    assert "RuntimeError: boom" in records["raises"]["reason"]
+    assert len(path.read_text().splitlines()) == 4
+    progress = capsys.readouterr().err
+    assert "[4/4]" in progress and "hangs timeout" in progress
+
+
+def test_the_sweep_resumes_and_skips_recorded_types(tmp_path):
+    path = tmp_path / "records.jsonl"
+    sweep(["fine", "also-fine"], path, check=scripted_check)
+    # A check that would crash on every type: only the new type may run.
+    records = sweep(["fine", "also-fine", "new"], path, check=exiting_check)
+    assert records["fine"]["status"] == records["also-fine"]["status"] == "ok"
+    assert records["new"]["status"] == "crash"
+    recorded = [json.loads(line)["model_type"] for line in path.read_text().splitlines()]
+    assert sorted(recorded[:2]) == ["also-fine", "fine"] and recorded[2:] == ["new"]  # two children ran at once
+
+
+def test_a_torn_last_line_is_checked_again(tmp_path):
+    path = tmp_path / "records.jsonl"
+    path.write_text(json.dumps({"model_type": "fine", "status": "ok"}) + '\n{"model_type": "al')
+    records = sweep(["fine", "also-fine"], path, check=scripted_check)
+    assert records["also-fine"]["status"] == "ok"
+    assert len(recorded(path)) == 2 and path.read_text().count("\n") == 3
+
+
+def test_an_allocation_over_the_memory_cap_is_recorded_as_oom():
+    record = run_isolated("allocates", check=scripted_check, memory_limit=6 * 2**30)
+    assert record.status == "oom", record
