@@ -2,7 +2,8 @@
 
 from .base import Codemod, Finding
 from .cache_pytree import CachePytreeRegistration
+from .cond_branches import CondBranches
 
-ALL_CODEMODS: tuple[type[Codemod], ...] = (CachePytreeRegistration,)
+ALL_CODEMODS: tuple[type[Codemod], ...] = (CachePytreeRegistration, CondBranches)
 
 __all__ = ["ALL_CODEMODS", "Codemod", "Finding"]

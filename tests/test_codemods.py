@@ -17,6 +17,7 @@ BY_NAME = {codemod.NAME.replace("-", "_"): codemod for codemod in ALL_CODEMODS}
 MODULE_NAMES = {
     "cache_api": "transformers.cache_utils",
     "remote_code": None,
+    "shared_module": "transformers.masking_utils",
 }
 DEFAULT_MODULE = "transformers.models.toy.modeling_toy"
 
@@ -116,3 +117,94 @@ def test_counters_are_the_int_attributes_that_methods_update():
     assert "register_cache_pytree_node(DynamicLayer)\n" in change.rewritten
     local = _run(FIXTURES / "cache_pytree" / "model_local_counter.in.py").rewritten
     assert '@register_cache_pytree_node(counters=("offset",))\nclass ToyOffsetCache(DynamicCache):' in local
+
+
+def _cond_findings(case: str):
+    change = _run(FIXTURES / "cond_branches" / f"{case}.in.py")
+    return change, [(f.line, f.kind, f.construct, f.reason) for f in change.findings]
+
+
+def test_cond_branches_reports_each_rewrite_with_its_shape():
+    _, findings = _cond_findings("select_fp16_clamp")
+    assert findings == [
+        (
+            15,
+            "rewritten",
+            "hidden_states.dtype == torch.float16 and not torch.isfinite(hidden_states).all()",
+            "select -> torch.cond",
+        ),
+        (
+            25,
+            "rewritten",
+            "self.config.clamp_fp16_activations_in_every_block and hidden_states.dtype == torch.float16 and "
+            "torch.isinf(hidden_states).any()",
+            "select -> torch.cond",
+        ),
+        (36, "rewritten", "not torch.isfinite(hidden_states).all()", "select -> torch.cond"),
+    ]
+    _, findings = _cond_findings("raise_torch_all")
+    assert [(line, kind, reason) for line, kind, _, reason in findings] == [
+        (7, "rewritten", "raise -> torch._assert_async"),
+        (13, "rewritten", "raise -> torch._assert_async"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("refuse_else_arm", [(5, "mask.any()", "the `if` has an `else`/`elif` arm: out of scope of this slice")]),
+        (
+            "refuse_attribute_write",
+            [(7, "torch.isnan(hidden_states).any()", "the branch writes the attribute `self.saw_nan`")],
+        ),
+        ("refuse_return", [(6, "cache.is_initialized and blank_mask.all()", "`return` in the branch")]),
+        (
+            "refuse_logger",
+            [(9, "(input_ids[:, -1] == pad_token_id).any()", "the branch calls `logger.warning` (a side effect)")],
+        ),
+        ("refuse_loop", [(5, "masks.any()", "a loop in the branch")]),
+        (
+            "refuse_other",
+            [
+                (
+                    6,
+                    "(input_ids == image_token_id).any()",
+                    "`image_embeds` may be `None` before the branch, and the other arm would return it",
+                ),
+                (
+                    8,
+                    "not torch.all(scores == 0) and threshold > 0",
+                    "a Python condition follows the tensor test in the `and` chain: it cannot be split off exactly",
+                ),
+                (
+                    10,
+                    "stats.item() > 0",
+                    "`.item()` reads a tensor into a Python number: no tensor form in this slice",
+                ),
+                (13, "mask.any()", "the branch assigns to `inputs_embeds[mask]` in place"),
+                (15, "mask.any()", "the branch calls the in-place `.masked_fill_(...)`"),
+                (
+                    17,
+                    "mask.any()",
+                    "the branch assigns several variables that live on after it: `offset`, `inputs_embeds`",
+                ),
+            ],
+        ),
+        ("no_torch_import", [(6, "hidden_states.isnan().any()", "the module does not `import torch`")]),
+        # Not a tensor test (a shape test: another codemod's business), and a shared module: silent
+        ("not_a_tensor_test", []),
+        ("shared_module", []),
+    ],
+)
+def test_cond_branches_refusals_leave_the_module_unchanged_and_say_why(case, expected):
+    change, findings = _cond_findings(case)
+    assert not change.changed and change.applied == ()
+    assert findings == [(line, "refused", construct, reason) for line, construct, reason in expected]
+
+
+def test_cond_branches_emits_transformers_style():
+    import black
+
+    for path in sorted((FIXTURES / "cond_branches").glob("*.out.py")):
+        text = path.read_text()
+        assert black.format_str(text, mode=black.Mode(line_length=119)) == text, path.name

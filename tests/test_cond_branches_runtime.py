@@ -1,0 +1,261 @@
+"""Runtime tests of `cond-branches`: the rewritten fixture functions (`fixtures/cond_branches/*.in.py` run through
+`run_codemods` here) behave exactly like the originals in eager, and export.
+
+For every supported shape:
+1. eager: original and rewritten give bit-identical results on inputs that take each arm, and raise the same
+   exception with the same message where the original raises;
+2. `torch.export.export(..., strict=False)` of the rewritten function succeeds; its graph holds a `cond` (select) or
+   an `_assert_async` (raise); the exported program matches eager bit for bit on inputs that take each arm, at other
+   sizes than the traced ones, and raises on an input the original rejects.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch.export import Dim
+
+from codemods.cond_branches import CondBranches
+from exportsmith.pipeline import run_codemods
+
+FIXTURES = Path(__file__).parent / "fixtures" / "cond_branches"
+
+
+def _module(source: str, name: str) -> types.ModuleType:
+    module = types.ModuleType(name)
+    exec(compile(source, f"{name}.py", "exec"), module.__dict__)
+    sys.modules[name] = module  # torch.cond traces its branches with dynamo, which looks the module up
+    return module
+
+
+def _original_and_rewritten(case: str) -> tuple[types.ModuleType, types.ModuleType]:
+    source = (FIXTURES / f"{case}.in.py").read_text()
+    change = run_codemods(source, f"{case}.py", "transformers.models.toy.modeling_toy", codemods=(CondBranches,))
+    assert change.applied == ("cond-branches",)
+    return _module(source, f"{case}_original"), _module(change.rewritten, f"{case}_rewritten")
+
+
+def _bits(tensor: torch.Tensor) -> torch.Tensor:
+    """A view that compares NaNs and signed zeros bit for bit."""
+    if tensor.dtype.is_floating_point:
+        return tensor.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()])
+    return tensor
+
+
+def assert_identical(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    assert torch.equal(_bits(actual), _bits(expected))
+
+
+class _Call(torch.nn.Module):
+    def __init__(self, function, *constants):
+        super().__init__()
+        self.function, self.constants = function, constants
+
+    def forward(self, *tensors):
+        return self.function(*tensors, *self.constants)
+
+
+def _export(module: torch.nn.Module, args: tuple) -> torch.export.ExportedProgram:
+    dynamic = tuple({dim: Dim.AUTO for dim in range(arg.dim())} for arg in args)
+    if isinstance(module, _Call):
+        dynamic = (dynamic,)  # `forward(*tensors)`: one argument, the tuple
+    return torch.export.export(module, args, dynamic_shapes=dynamic, strict=False)
+
+
+def _targets(program: torch.export.ExportedProgram) -> list[str]:
+    return [str(node.target) for node in program.graph.nodes if node.op == "call_function"]
+
+
+def _raises(function, *args) -> tuple[type, str]:
+    with pytest.raises(Exception) as info:
+        function(*args)
+    return info.type, str(info.value)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Raise-only branches -> torch._assert_async
+# ----------------------------------------------------------------------------------------------------------------
+
+RAISE_CASES = [
+    # case, function, constants, traced input, other passing input, violating input
+    (
+        "raise_any",
+        "check_lengths",
+        (),
+        (torch.tensor([3, 5, 2]),),
+        (torch.tensor([7, 1, 4, 9, 2]),),
+        (torch.tensor([3, 0, 2, 1]),),
+    ),
+    (
+        # uint8: `.any()` is uint8 and the assertion must be a logical not, not `~`
+        "raise_any",
+        "check_mask",
+        (),
+        (torch.zeros(2, 3, dtype=torch.uint8),),
+        (torch.zeros(4, 5, dtype=torch.uint8),),
+        (torch.tensor([[0, 2, 0], [0, 0, 0]], dtype=torch.uint8),),
+    ),
+    (
+        "raise_not",
+        "box_iou",
+        (),
+        (torch.tensor([[0.0, 0.0, 1.0, 1.0], [1.0, 1.0, 3.0, 2.0]]), torch.tensor([[0.0, 0.0, 2.0, 2.0]] * 3)),
+        (torch.tensor([[0.0, 0.0, 1.0, 1.0]] * 4), torch.tensor([[0.5, 0.5, 2.0, 2.0]] * 2)),
+        (torch.tensor([[0.0, 0.0, 1.0, 1.0], [2.0, 1.0, 1.0, 2.0]]), torch.tensor([[0.0, 0.0, 2.0, 2.0]] * 3)),
+    ),
+    (
+        "raise_torch_all",
+        "check_attention_mask",
+        (),
+        (torch.tensor([[1, 1, 0], [1, 0, 0]]), torch.ones(2, 3, dtype=torch.long)),
+        (torch.tensor([[0, 0, 0, 1]] * 3), torch.ones(3, 4, dtype=torch.long)),
+        (torch.zeros(2, 5, dtype=torch.long), torch.ones(2, 5, dtype=torch.long)),
+    ),
+    (
+        # the Python conjunct (a string compared at trace time) stays an outer `if`
+        "raise_torch_all",
+        "check_target",
+        ("negative_binomial",),
+        (torch.tensor([1.0, 2.0, 0.0]),),
+        (torch.tensor([4.0, 0.0, 3.0, 2.0, 1.0]),),
+        (torch.tensor([1.0, -2.0, 0.0]),),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "case, name, constants, traced, passing, violating", RAISE_CASES, ids=[f"{c[0]}.{c[1]}" for c in RAISE_CASES]
+)
+def test_raise_branch_asserts_in_the_exported_program(case, name, constants, traced, passing, violating):
+    original, rewritten = _original_and_rewritten(case)
+    before, after = getattr(original, name), getattr(rewritten, name)
+    for args in (traced, passing):
+        assert_identical(after(*args, *constants), before(*args, *constants))
+    # Eager raises exactly as before: same type, same message
+    assert _raises(after, *violating, *constants) == _raises(before, *violating, *constants)
+
+    module = _Call(after, *constants)
+    program = _export(module, traced)
+    assert "aten._assert_async.msg" in _targets(program)
+    for args in (traced, passing):
+        assert_identical(program.module()(*args), module(*args))
+    with pytest.raises(RuntimeError):
+        program.module()(*violating)
+
+
+def test_raise_branch_with_a_python_conjunct_that_is_false_exports_no_assertion():
+    _, rewritten = _original_and_rewritten("raise_torch_all")
+    program = _export(_Call(rewritten.check_target, "normal"), (torch.tensor([1.0, -2.0, 0.0]),))
+    assert "aten._assert_async.msg" not in _targets(program)
+    assert_identical(program.module()(torch.tensor([-1.0, 2.0])), torch.tensor([-1.0, 2.0]))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Select branches -> torch.cond
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _identity_layer(cls, hidden_size: int, dtype: torch.dtype) -> torch.nn.Module:
+    layer = cls(hidden_size)
+    with torch.no_grad():
+        layer.fc.weight.copy_(torch.eye(hidden_size))
+        layer.fc.bias.zero_()
+    return layer.to(dtype).eval()
+
+
+def _hidden_states(dtype: torch.dtype, batch: int, length: int, overflow: bool) -> torch.Tensor:
+    """Small values; with `overflow`, a few that the layer doubles past the fp16 range (inf in fp16)."""
+    hidden_states = torch.linspace(-1, 1, batch * length * 8).reshape(batch, length, 8).to(dtype)
+    if overflow:
+        hidden_states[0, 0, :3] = 60000.0
+        hidden_states[-1, -1, -1] = -50000.0
+    return hidden_states
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_fp16_clamp_exports_with_cond_and_matches_eager_in_both_arms(dtype):
+    original, rewritten = _original_and_rewritten("select_fp16_clamp")
+    before = _identity_layer(original.ToyEncoderLayer, 8, dtype)
+    after = _identity_layer(rewritten.ToyEncoderLayer, 8, dtype)
+    after.load_state_dict(before.state_dict())
+    cases = [_hidden_states(dtype, b, n, overflow) for b, n in ((2, 3), (1, 5)) for overflow in (False, True)]
+    clamped = _hidden_states(dtype, 2, 3, True)
+    if dtype == torch.float16:
+        assert not torch.isfinite(clamped * 2).all()  # the non-finite arm is taken
+    for hidden_states in cases:
+        assert_identical(after(hidden_states), before(hidden_states))
+
+    program = _export(after, (_hidden_states(dtype, 2, 3, False),))
+    # In fp32 the dtype test (plain Python) is False at trace time: no cond, as in eager
+    assert ("cond" in _targets(program)) == (dtype == torch.float16)
+    for hidden_states in cases:
+        assert_identical(program.module()(hidden_states), before(hidden_states))
+    if dtype == torch.float16:
+        expected = torch.finfo(torch.float16).max - 1000
+        assert program.module()(clamped).abs().max().item() == pytest.approx(expected, rel=1e-3)
+
+
+def test_fp16_clamp_split_out_of_a_parenthesized_test_and_under_training():
+    original, rewritten = _original_and_rewritten("select_fp16_clamp")
+    config = SimpleNamespace(clamp_fp16_activations_in_every_block=True)
+    before, after = original.ToyBlock(), rewritten.ToyBlock()
+    for block in (before, after):
+        block.config = config
+        block.train()
+    traced = _hidden_states(torch.float16, 2, 3, False)
+    program = _export(after, (traced,))
+    assert _targets(program).count("cond") == 2
+    for hidden_states in (
+        traced,
+        _hidden_states(torch.float16, 3, 4, True),
+        _hidden_states(torch.float16, 1, 2, True),
+    ):
+        assert_identical(after(hidden_states), before(hidden_states))
+        assert_identical(program.module()(hidden_states), before(hidden_states))
+
+
+def _scaled_iou(boxes: torch.Tensor, pred_boxes: torch.Tensor) -> torch.Tensor:
+    return boxes[:, None, 0] - pred_boxes[None, :, 0] + 0.5
+
+
+SELECT_CASES = [
+    # case, function, constants, traced input, inputs that take each arm
+    (
+        "select_torch_any_helper",
+        "limit_magnitude",
+        (2.0,),
+        (torch.tensor([[0.5, -1.0, 1.5], [0.25, 0.0, -0.5]]),),
+        [(torch.tensor([[0.5, -1.0], [0.1, 0.2]]),), (torch.tensor([[0.5, -4.0, 3.0, 1.0]]),)],
+    ),
+    (
+        "select_torch_any_helper",
+        "fall_back_to_generalized_iou",
+        (_scaled_iou,),
+        (torch.tensor([[0.5, 0.0], [0.0, 0.3]]), torch.rand(2, 4), torch.rand(2, 4)),
+        [
+            (torch.tensor([[0.5, 0.0, 0.1], [0.0, 0.3, 0.0]]), torch.rand(2, 4), torch.rand(3, 4)),
+            (torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.3, 0.0]]), torch.rand(2, 4), torch.rand(3, 4)),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "case, name, constants, traced, arms", SELECT_CASES, ids=[f"{c[0]}.{c[1]}" for c in SELECT_CASES]
+)
+def test_select_branch_exports_with_cond_and_matches_eager_in_both_arms(case, name, constants, traced, arms):
+    original, rewritten = _original_and_rewritten(case)
+    before, after = getattr(original, name), getattr(rewritten, name)
+    module = _Call(after, *constants)
+    program = _export(module, traced)
+    assert "cond" in _targets(program)
+    for args in (traced, *arms):
+        expected = before(*args, *constants)
+        assert_identical(after(*args, *constants), expected)
+        assert_identical(program.module()(*args), expected)
