@@ -138,9 +138,17 @@ def cache_registered():
                 from_dumpable_context=json.loads,
             )
             registered.append(cls)
-    # Loading a saved program unpickles its example inputs: the cache classes must be safe globals.
-    with torch.serialization.safe_globals([DynamicLayer, DynamicCache, torch.device]):
-        yield
+    # Loading a saved program unpickles its example inputs: the cache classes must be safe globals. Only add what is
+    # missing and remove only that, so safe globals that `import generated` registered survive this fixture.
+    needed = [
+        cls for cls in (DynamicLayer, DynamicCache, torch.device) if cls not in torch.serialization.get_safe_globals()
+    ]
+    torch.serialization.add_safe_globals(needed)
+    yield
+    if needed:
+        kept = [cls for cls in torch.serialization.get_safe_globals() if cls not in needed]
+        torch.serialization.clear_safe_globals()
+        torch.serialization.add_safe_globals(kept)
     for cls in registered:
         pytree._deregister_pytree_node(cls)
 
