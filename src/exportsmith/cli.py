@@ -193,7 +193,8 @@ def verify(
 ):
     """Check the generated copies: eager bit-identity, export with dynamic shapes, exported vs eager at other shapes."""
     tf = _transformers()
-    modules = {name: tf.resolve(name).module for name in _modules_checked(tf, models)}
+    _modules(tf, models)  # one clear error for unknown names before any model is built
+    modules = {name: tf.resolve(name).module for name in models}
     if not (out / "__init__.py").is_file():
         raise _fail(f"{out} is not a generated package; run: exportsmith generate {' '.join(models)} --out {out}")
     import torch  # torch is imported only by the commands that need it
@@ -233,11 +234,6 @@ def verify(
         _say(f"{failed} of {len(models)} model(s) failed verification")
         raise typer.Exit(1)
     _say(f"{len(models)} model(s) verified")
-
-
-def _modules_checked(tf: Transformers, names: list[str]) -> list[str]:
-    _modules(tf, names)  # one clear error for unknown names before any model is built
-    return names
 
 
 def main() -> None:

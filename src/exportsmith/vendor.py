@@ -89,12 +89,17 @@ class _VendorImports(cst.CSTTransformer):
 _NESTED_RELATIVE_IMPORT = re.compile(r"^[ \t]+from \.", re.MULTILINE)
 
 
+def _rewritten_tree(change: Change) -> cst.Module:
+    """The pipeline's tree when the change carries it (it does, straight from `run_codemods`), else a parse."""
+    return change.tree if change.tree is not None else cst.parse_module(change.rewritten)
+
+
 def vendor_module(
     change: Change, module_name: str, version: str, added_names: dict[str, frozenset[str]], regenerate: str
 ) -> str:
     """The vendored text of a rewritten model module (`module_name` is its dotted name inside transformers)."""
     depth = module_name.count(".") - 2  # transformers.models.<module>.<file> -> generated.<module>.<file>
-    tree = change.tree if change.tree is not None else cst.parse_module(change.rewritten)
+    tree = _rewritten_tree(change)
     transformer = _VendorImports(module_name, added_names, depth)
     if _NESTED_RELATIVE_IMPORT.search(change.rewritten):
         tree = tree.visit(transformer)
@@ -134,7 +139,7 @@ def _bound_names(stmt: cst.CSTNode) -> set[str]:
 def added_names(change: Change) -> frozenset[str]:
     """Top-level names that the rewrite of a shared module defines and the original does not."""
     original = set().union(*map(_bound_names, cst.parse_module(change.original).body))
-    rewritten = set().union(*map(_bound_names, cst.parse_module(change.rewritten).body))
+    rewritten = set().union(*map(_bound_names, _rewritten_tree(change).body))
     return frozenset(rewritten - original)
 
 
@@ -154,7 +159,7 @@ def vendor_shared_additions(change: Change, module_name: str, version: str, rege
     """The added statements of an additive shared-module rewrite, as a module importing what they use from the
     installed module. Refuses a rewrite that changed or removed any original statement."""
     original = cst.parse_module(change.original)
-    rewritten = cst.parse_module(change.rewritten)
+    rewritten = _rewritten_tree(change)
     kept = set(_statement_codes(original))
     old = _statement_codes(original)
     new = [stmt for stmt in rewritten.body if rewritten.code_for_node(stmt) not in kept]
