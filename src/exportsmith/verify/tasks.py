@@ -29,9 +29,19 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING, model_ty
 
 from exportsmith.verify.tiny import SPECIAL_IDS
 
-BATCH = 2
-TEXT_LENGTH = 8
-DECODER_LENGTH = 4
+
+@dataclass(frozen=True)
+class InputShape:
+    """The sizes dummy inputs are drawn at; media sizes (image size, audio frames) come from the config."""
+
+    batch: int = 2
+    text_length: int = 8
+    decoder_length: int = 4
+    seed: int = 0
+
+
+# One eager forward and the export example: sizes >= 2 (export specialises 0 and 1).
+EXAMPLE = InputShape()
 AUDIO_SAMPLES = 3200  # 0.2 s at 16 kHz: longer than every conv feature extractor's receptive field
 AUDIO_FRAMES = 64  # feature frames where the config does not fix their number
 
@@ -137,9 +147,9 @@ def takes_audio(model: torch.nn.Module) -> bool:
     return bool({"input_features", "input_values"} & set(forward_parameters(model)))
 
 
-def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0) -> dict:
-    """Keyword arguments for one eager forward of `model` (seeded, deterministic); see AUDIO_LAYOUTS."""
-    generator = torch.Generator().manual_seed(0)
+def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShape = EXAMPLE) -> dict:
+    """Keyword arguments for one eager forward of `model` at `shape` (seeded, deterministic); see AUDIO_LAYOUTS."""
+    generator = torch.Generator().manual_seed(shape.seed)
     config, ordered = model.config, forward_parameters(model)
     parameters, main = set(ordered), main_input(model, ordered)
     inputs = {}
@@ -154,27 +164,31 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0) -> dict:
         or (hasattr(config, "audio_config") and not unset_placeholder(config, MODALITIES[1]))
     )
     if main == "hidden_states" and "grid_thw" in parameters:  # a Qwen-style vision tower on its own
-        inputs.update(patch_inputs(config, "hidden_states", "grid_thw", generator))
+        inputs.update(patch_inputs(config, "hidden_states", "grid_thw", shape, generator))
     elif main in ("hidden_states", "inputs_embeds"):  # a stack that takes embeddings
         width = first_int(config, ("hidden_size", "d_model", "embed_dim"), 64)
-        inputs[main] = torch.randn((BATCH, TEXT_LENGTH, width), generator=generator)
+        inputs[main] = torch.randn((shape.batch, shape.text_length, width), generator=generator)
     elif main == "spectrogram":  # a vocoder
         bins = first_int(config, ("model_in_dim", "num_mel_bins"), 80)
-        inputs[main] = torch.randn((BATCH, AUDIO_FRAMES, bins), generator=generator)
+        inputs[main] = torch.randn((shape.batch, AUDIO_FRAMES, bins), generator=generator)
     elif wants_images:
-        inputs.update(image_inputs(model, config, parameters, generator))
+        inputs.update(image_inputs(model, config, parameters, shape, generator))
     if wants_audio:
-        inputs.update(audio_inputs(config, parameters, main, audio_layout, generator))
+        inputs.update(audio_inputs(config, parameters, main, audio_layout, shape, generator))
     if "input_ids" in parameters:
-        inputs.update(text_inputs(model, config, parameters, inputs, generator))
+        inputs.update(text_inputs(model, config, parameters, inputs, shape, generator))
     for name in required_parameters(model):
         if name.endswith("_input_ids") and name not in inputs:  # a second text input (a Q-Former's prompt, ...)
             prefix = name.removesuffix("_input_ids")
             inputs[name] = random_tokens(
-                vocab(sub_config(config, f"{prefix}_config", "text_config")), (BATCH, TEXT_LENGTH), generator
+                vocab(sub_config(config, f"{prefix}_config", "text_config")),
+                (shape.batch, shape.text_length),
+                generator,
             )
     if "decoder_input_ids" in parameters and getattr(config, "is_encoder_decoder", False):
-        inputs["decoder_input_ids"] = random_tokens(decoder_vocab(config), (BATCH, DECODER_LENGTH), generator)
+        inputs["decoder_input_ids"] = random_tokens(
+            decoder_vocab(config), (shape.batch, shape.decoder_length), generator
+        )
     if main not in inputs:
         raise ValueError(f"cannot build the main input {main!r} of {type(model).__name__}")
     return inputs
@@ -250,34 +264,35 @@ def image_size(vision) -> tuple[int, int, int]:
     return channels, height, width
 
 
-def image_inputs(model, config, parameters: set[str], generator: torch.Generator) -> dict:
+def image_inputs(model, config, parameters: set[str], shape: InputShape, generator: torch.Generator) -> dict:
+    batch = shape.batch
     for grid_name in ("image_grid_thw", "grid_thw"):
         if grid_name in parameters:
-            return patch_inputs(config, "pixel_values", grid_name, generator)
+            return patch_inputs(config, "pixel_values", grid_name, shape, generator)
     vision = vision_config(config)
     channels, height, width = image_size(vision)
     frames = first_int(vision, ("num_frames", "frames_per_clip"), None) or first_int(config, ("num_frames",), None)
     if "pixel_values_videos" in parameters and "pixel_values" not in parameters:
-        return {"pixel_values_videos": torch.randn((BATCH, frames or 4, channels, height, width), generator=generator)}
+        return {"pixel_values_videos": torch.randn((batch, frames or 4, channels, height, width), generator=generator)}
     if frames:  # video classifiers take clips in pixel_values
-        return {"pixel_values": torch.randn((BATCH, frames, channels, height, width), generator=generator)}
+        return {"pixel_values": torch.randn((batch, frames, channels, height, width), generator=generator)}
     if type(model).__name__ in modeling_auto.MODEL_FOR_KEYPOINT_MATCHING_MAPPING_NAMES.values():  # image pairs
-        return {"pixel_values": torch.randn((BATCH, 2, channels, height, width), generator=generator)}
+        return {"pixel_values": torch.randn((batch, 2, channels, height, width), generator=generator)}
     if "pixel_attention_mask" in parameters:  # Idefics-style: a list of images per sample, and which pixels are real
         return {
-            "pixel_values": torch.randn((BATCH, 1, channels, height, width), generator=generator),
-            "pixel_attention_mask": torch.ones((BATCH, 1, height, width), dtype=torch.bool),
+            "pixel_values": torch.randn((batch, 1, channels, height, width), generator=generator),
+            "pixel_attention_mask": torch.ones((batch, 1, height, width), dtype=torch.bool),
         }
-    shape = (BATCH, channels, height, width)
+    pixels = (batch, channels, height, width)
     if not requires_image_sizes(model):
-        return {"pixel_values": torch.randn(shape, generator=generator)}
-    sizes = torch.tensor([[height, width]] * BATCH)
+        return {"pixel_values": torch.randn(pixels, generator=generator)}
+    sizes = torch.tensor([[height, width]] * batch)
     if getattr(config, "image_grid_pinpoints", None):  # LLaVA-NeXT tiles: the model's own helper says how many
         tiles = sys.modules[type(model).__module__].image_size_to_num_patches(
             (height, width), config.image_grid_pinpoints, height
         )
-        shape = (BATCH, tiles, channels, height, width)
-    return {"pixel_values": torch.randn(shape, generator=generator), "image_sizes": sizes}
+        pixels = (batch, tiles, channels, height, width)
+    return {"pixel_values": torch.randn(pixels, generator=generator), "image_sizes": sizes}
 
 
 def requires_image_sizes(model: torch.nn.Module) -> bool:
@@ -289,15 +304,15 @@ def requires_image_sizes(model: torch.nn.Module) -> bool:
     return parameter is not None and parameter.default is inspect.Parameter.empty
 
 
-def patch_inputs(config, pixel_name: str, grid_name: str, generator: torch.Generator) -> dict:
+def patch_inputs(config, pixel_name: str, grid_name: str, shape: InputShape, generator: torch.Generator) -> dict:
     """Qwen-style flattened patches: (images x t x h x w, channels x temporal x patch x patch) and their grid."""
     vision = vision_config(config)
     channels, height, width = image_size(vision)
     patch = first_int(vision, ("patch_size",), 14)
     temporal = first_int(vision, ("temporal_patch_size",), 1)
     grid_h, grid_w = height // patch, width // patch
-    grid = torch.tensor([[1, grid_h, grid_w]] * BATCH)
-    pixels = torch.randn((BATCH * grid_h * grid_w, channels * temporal * patch * patch), generator=generator)
+    grid = torch.tensor([[1, grid_h, grid_w]] * shape.batch)
+    pixels = torch.randn((shape.batch * grid_h * grid_w, channels * temporal * patch * patch), generator=generator)
     return {pixel_name: pixels, grid_name: grid}
 
 
@@ -319,7 +334,10 @@ FEATURE_BINS = (
 )
 
 
-def audio_inputs(config, parameters: set[str], main: str, layout: int, generator: torch.Generator) -> dict:
+def audio_inputs(
+    config, parameters: set[str], main: str, layout: int, shape: InputShape, generator: torch.Generator
+) -> dict:
+    batch = shape.batch
     audio = sub_config(sub_config(config, "thinker_config"), "audio_config", "encoder_config", "encoder")
     name = (
         main
@@ -328,7 +346,7 @@ def audio_inputs(config, parameters: set[str], main: str, layout: int, generator
     )
     if name == "input_values":
         frames = AUDIO_SAMPLES
-        shape = (BATCH, AUDIO_SAMPLES) if layout == 0 else (BATCH, 1, AUDIO_SAMPLES)
+        size = (batch, AUDIO_SAMPLES) if layout == 0 else (batch, 1, AUDIO_SAMPLES)
     else:
         bins = first_int(audio, FEATURE_BINS, 80) * first_int(audio, ("input_channels",), 1)
         positions = first_int(audio, ("max_source_positions",), None)
@@ -336,11 +354,11 @@ def audio_inputs(config, parameters: set[str], main: str, layout: int, generator
         channels_first = positions is not None and hasattr(audio, "num_mel_bins")
         window = 2 * first_int(audio, ("n_window",), AUDIO_FRAMES // 2)  # chunked encoders take whole chunks
         frames = 2 * positions if channels_first else max(window, AUDIO_FRAMES // window * window)
-        shape = (BATCH, bins, frames) if channels_first == (layout == 0) else (BATCH, frames, bins)
-    inputs = {name: torch.randn(shape, generator=generator)}
+        size = (batch, bins, frames) if channels_first == (layout == 0) else (batch, frames, bins)
+    inputs = {name: torch.randn(size, generator=generator)}
     for mask in AUDIO_MASKS:
         if mask in parameters:
-            inputs[mask] = torch.ones((BATCH, frames), dtype=torch.long)
+            inputs[mask] = torch.ones((batch, frames), dtype=torch.long)
     return inputs
 
 
@@ -374,14 +392,16 @@ MODALITIES = (
 )
 
 
-def text_inputs(model, config, parameters: set[str], media: dict, generator: torch.Generator) -> dict:
-    input_ids = random_tokens(vocab(config), (BATCH, TEXT_LENGTH), generator)
+def text_inputs(
+    model, config, parameters: set[str], media: dict, shape: InputShape, generator: torch.Generator
+) -> dict:
+    input_ids = random_tokens(vocab(config), (shape.batch, shape.text_length), generator)
     token_types = torch.zeros_like(input_ids)
     for kind, modality in enumerate(MODALITIES, start=1):
         placeholder = token_id(config, *modality.placeholder)
         owner = feature_owner(model, modality.features)
         if modality.media in media and placeholder is not None and owner is not None:
-            block = placeholder_block(owner, config, modality, placeholder, media)
+            block = placeholder_block(owner, config, modality, placeholder, media, shape.batch)
             input_ids = torch.cat([input_ids[:, :2], block, input_ids[:, 2:]], dim=1)
             token_types = torch.cat([token_types[:, :2], (block == placeholder).long() * kind, token_types[:, 2:]], 1)
     inputs = {"input_ids": input_ids}
@@ -397,15 +417,15 @@ def feature_owner(model: torch.nn.Module, method: str) -> torch.nn.Module | None
     return next((module for module in model.modules() if hasattr(module, method)), None)
 
 
-def placeholder_block(model, config, modality: Modality, placeholder: int, media: dict) -> torch.Tensor:
-    """(BATCH, n) tokens: each sample's share of the features as placeholders, framed by the start/end tokens."""
+def placeholder_block(model, config, modality: Modality, placeholder: int, media: dict, batch: int) -> torch.Tensor:
+    """(batch, n) tokens: each sample's share of the features as placeholders, framed by the start/end tokens."""
     accepted = inspect.signature(getattr(model, modality.features)).parameters
     with torch.no_grad():
         features = getattr(model, modality.features)(**{k: v for k, v in media.items() if k in accepted})
-    count = feature_count(features) // BATCH
+    count = feature_count(features) // batch
     start, end = token_id(config, *modality.start), token_id(config, *modality.end)
     block = [start] * (start is not None) + [placeholder] * count + [end] * (end is not None)
-    return torch.tensor(block, dtype=torch.long).expand(BATCH, -1)
+    return torch.tensor(block, dtype=torch.long).expand(batch, -1)
 
 
 def feature_count(features) -> int:
