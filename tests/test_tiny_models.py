@@ -144,7 +144,8 @@ def exiting_check(model_type: str) -> dict:
 
 def test_the_sweep_records_crashes_and_timeouts_and_goes_on(tmp_path, capsys):
     path = tmp_path / "records.jsonl"
-    records = sweep(["exits", "hangs", "raises", "fine"], path, check=scripted_check, timeout=10)  # generous: a loaded 2-core machine starts children slowly
+    # A generous timeout: children start slowly on a loaded 2-core machine.
+    records = sweep(["exits", "hangs", "raises", "fine"], path, check=scripted_check, timeout=10)
     assert {name: record["status"] for name, record in records.items()} == {
         "exits": "crash",
         "hangs": "timeout",
