@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from exportsmith.verify.errors import first_line
 from exportsmith.verify.tasks import AUDIO_LAYOUTS, config_for, dummy_inputs, model_class, takes_audio
 from exportsmith.verify.tiny import TooLarge, build_tiny_model, parameter_count, tiny_config
 
@@ -50,15 +51,6 @@ class Record:
     def __post_init__(self):
         if self.status not in STATUSES:
             raise ValueError(f"unknown status {self.status!r} for {self.model_type}")
-
-
-def first_line(error: BaseException) -> str:
-    """The exception's type and first line (two when the first only introduces the second, as validators' do)."""
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-    if not lines:
-        return type(error).__name__
-    text = " ".join(lines[:2]) if lines[0].endswith(":") and len(lines) > 1 else lines[0]
-    return f"{type(error).__name__}: {text}"
 
 
 def is_out_of_memory(error: BaseException) -> bool:
