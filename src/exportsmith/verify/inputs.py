@@ -6,12 +6,15 @@ when past > 0, a `cache` produced by running the ORIGINAL model on a seeded pref
 the same, reference cache). A forward call grows the cache it is given in place: build fresh inputs for every call.
 
 Export examples use sizes >= 2 everywhere, because export specialises sizes 0 and 1; the evaluation cases then
-cover batch 1, 1-token steps, short and long pasts. Refuses nothing; it only builds tensors.
+cover batch 1, 1-token steps, short and long pasts, and total lengths on both sides of the tiny configs' sliding
+window (`tiny.SLIDING_WINDOW`: the examples fit in it, the long cases do not). Refuses nothing; it only builds tensors.
 """
 
 from typing import NamedTuple
 
 import torch
+
+from exportsmith.verify.tasks import random_tokens
 
 
 class Case(NamedTuple):
@@ -36,6 +39,7 @@ PREFILL_CASES = (
     Case("prefill-batch1", batch=1, new_tokens=7, past=0),
     Case("prefill-one-token", batch=1, new_tokens=1, past=0),
     Case("prefill-batch3", batch=3, new_tokens=4, past=0),
+    Case("prefill-past-window", batch=1, new_tokens=12, past=0),  # longer than tiny configs' sliding window
 )
 
 
@@ -47,8 +51,8 @@ def case_seed(case: Case) -> int:
 def case_inputs(reference_model: torch.nn.Module, vocab_size: int, case: Case) -> dict:
     """Forward kwargs for `case`; the cache of the past tokens (if any) comes from `reference_model`."""
     generator = torch.Generator().manual_seed(case_seed(case))
-    prefix_ids = torch.randint(0, vocab_size, (case.batch, case.past), generator=generator)
-    input_ids = torch.randint(0, vocab_size, (case.batch, case.new_tokens), generator=generator)
+    prefix_ids = random_tokens(vocab_size, (case.batch, case.past), generator)
+    input_ids = random_tokens(vocab_size, (case.batch, case.new_tokens), generator)
     inputs = {
         "input_ids": input_ids,
         "attention_mask": torch.ones(case.batch, case.past + case.new_tokens, dtype=torch.long),

@@ -73,11 +73,18 @@ def task_mappings() -> list[tuple[str, dict]]:
     return tasks
 
 
+ENCODER_MAPPINGS = (
+    set(modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+    | set(modeling_auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES)
+    | set(modeling_auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES)
+)
+
+
 def model_class(model_type: str) -> tuple[str, type]:
     """(task, class) to build for `model_type`."""
     for task, mapping in task_mappings():
-        if task == "causal-lm" and model_type in modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES:
-            continue  # encoders (bert, roberta, ...) and bart-likes: their causal-LM head is an add-on, not the model
+        if task == "causal-lm" and model_type in ENCODER_MAPPINGS:
+            continue  # encoders (bert, ...), bart-likes, whisper: their causal-LM head is an add-on, not the model
         name = mapping.get(model_type)
         if isinstance(name, (list, tuple)):
             name = name[0]

@@ -38,6 +38,7 @@ VOCAB_SIZE = 128
 SPECIAL_IDS = 32  # special token ids are mapped into [0, SPECIAL_IDS); ordinary text tokens are drawn above
 IMAGE_SIZE = 32
 PATCH_SIZE = 4
+SLIDING_WINDOW = 9
 MAX_POSITIONS = 128
 
 # Refuse a tiny model with more parameters + buffers than this (float32: 200 MB) before it is built.
@@ -89,6 +90,8 @@ SIZE_RULES: tuple[tuple[str, int], ...] = (
     (r"topk_group", 1),
     # positions and lengths
     (r"(\w+_)?(max_position_embeddings|n_positions|n_ctx|max_source_positions|max_target_positions)", MAX_POSITIONS),
+    # a window the verification lengths fall on both sides of (examples fit in it; long cases reach 17)
+    (r"sliding_window", SLIDING_WINDOW),
     # vision (video: 4 frames, two tubelets of 2)
     (r"image_size|img_size|pretrain_image_size", IMAGE_SIZE),
     (r"patch_size", PATCH_SIZE),
