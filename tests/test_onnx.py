@@ -22,7 +22,7 @@ import torch  # noqa: E402
 from torch.utils import _pytree as pytree  # noqa: E402
 from transformers import BertConfig, BertModel  # noqa: E402
 
-from exportsmith.verify.check import PROGRAMS  # noqa: E402
+from exportsmith.verify.inputs import DECODE_CASES, PREFILL_CASES  # noqa: E402
 from exportsmith.verify.onnx_check import (  # noqa: E402
     ONNX_MAX_ABS_DIFF,
     MissingOnnxDependencies,
@@ -34,7 +34,9 @@ from exportsmith.verify.onnx_check import (  # noqa: E402
 def test_generated_llama_through_onnx_matches_eager_at_every_case():
     result = verify_onnx("llama")
     assert result.ok, result.summary
-    expected_cases = {(program, case.name) for program, (_, cases) in PROGRAMS.items() for case in cases}
+    expected_cases = {("decode", case.name) for case in DECODE_CASES} | {
+        ("prefill", case.name) for case in PREFILL_CASES
+    }
     assert {(record.program, record.name) for record in result.cases} == expected_cases
     assert all(record.error is None and record.max_diff <= ONNX_MAX_ABS_DIFF for record in result.cases)
     assert any(record.batch == 1 and record.new_tokens == 1 and record.past for record in result.cases)

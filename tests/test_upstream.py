@@ -44,20 +44,16 @@ import torch
 import transformers
 from torch.utils import _pytree as pytree
 from transformers import AutoModelForCausalLM, DynamicCache
-from exportsmith.verify.check import export_program, max_abs_diff
-from exportsmith.verify.inputs import DECODE_CASES, DECODE_EXAMPLE, case_inputs
+from exportsmith.verify.check import export_program, max_abs_diff, programs_for, run, varying_dims
 from exportsmith.verify.tiny import tiny_config
 assert "generated" not in sys.modules
 result = {"transformers": transformers.__file__, "registered": DynamicCache in pytree.SUPPORTED_NODES, "diffs": {}}
 for model_type in sys.argv[1:]:
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(tiny_config(model_type)).eval()
-    program = export_program(model, case_inputs(model, model.config.vocab_size, DECODE_EXAMPLE)).module()
-    diffs = []
-    for case in DECODE_CASES:
-        with torch.no_grad():
-            expected = model(**case_inputs(model, model.config.vocab_size, case))
-            diffs.append(max_abs_diff(expected, program(**case_inputs(model, model.config.vocab_size, case))))
+    decode = programs_for(model)[0]
+    program = export_program(model, decode.cases[0].inputs(), varying_dims(decode)).module()
+    diffs = [max_abs_diff(run(model, case), run(program, case)) for case in decode.cases]
     result["diffs"][model_type] = diffs
 print(json.dumps(result))
 """

@@ -199,5 +199,24 @@ def test_verify_reports_an_exported_mismatch(monkeypatch, cache_registered):
 
 
 def test_verify_never_raises():
-    assert verify_model("t5").failure == "build"
-    assert verify_model("llama", package="no_such_package_anywhere").failure == "build"
+    result = verify_model("llama", package="no_such_package_anywhere")
+    assert result.failure == "build" and "no_such_package_anywhere" in result.message
+
+
+def test_an_encoder_decoder_decodes_from_encoder_outputs_and_an_encoder_decoder_cache():
+    from transformers import EncoderDecoderCache, T5ForConditionalGeneration
+
+    from exportsmith.verify.check import programs_for
+
+    torch.manual_seed(0)
+    model = T5ForConditionalGeneration(tiny_config("t5")).eval()
+    decode, forward = programs_for(model)
+    assert (decode.name, forward.name) == ("decode", "forward")
+    for case in decode.cases:
+        inputs = case.inputs()
+        assert "input_ids" not in inputs  # as in generate: the encoder ran once
+        assert isinstance(inputs["cache"], EncoderDecoderCache)
+        assert inputs["cache"].get_seq_length() == case.past
+        assert inputs["decoder_input_ids"].shape == (case.batch, case.new_tokens)
+        assert inputs["encoder_outputs"][0].shape[0] == case.batch
+    assert len({case.inputs()["encoder_outputs"][0].shape[1] for case in decode.cases}) > 1

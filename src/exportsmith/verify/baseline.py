@@ -12,7 +12,7 @@ import sys
 
 
 def original_export_error(model_type: str, timeout: float = 600) -> str | None:
-    """The first line of the error of exporting the original decoder (decode program), or None if it exports."""
+    """Why the original fails verification with plain torch.export (the first error), or None if it verifies."""
     result = subprocess.run(
         [sys.executable, "-m", "exportsmith.verify.baseline", model_type],
         capture_output=True,
@@ -27,21 +27,10 @@ def original_export_error(model_type: str, timeout: float = 600) -> str | None:
 
 
 def main(model_type: str) -> None:
-    import torch
-    from transformers import AutoModelForCausalLM
+    from .check import verify_model
 
-    from .check import export_program, first_line
-    from .inputs import DECODE_EXAMPLE, case_inputs
-    from .tiny import tiny_config
-
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(tiny_config(model_type)).eval()
-    try:
-        export_program(model, case_inputs(model, model.config.vocab_size, DECODE_EXAMPLE))
-        error = None
-    except Exception as exc:  # the error is the result
-        error = first_line(exc)
-    print(json.dumps({"error": error}))
+    result = verify_model(model_type, subject="original")
+    print(json.dumps({"error": None if result.ok else result.message}))
 
 
 if __name__ == "__main__":

@@ -1,61 +1,93 @@
-"""Verify one generated decoder LM against the original: eager identity, export, numerics at other shapes, save/load.
+"""Verify one model type: eager identity, export with dynamic shapes, the program vs eager at other shapes, save/load.
 
-`verify_model(model_type, package)` builds the original `<X>ForCausalLM` of the installed transformers and the
-same-named class of `<package>.<module>` from one tiny config with the same weights, then:
+`verify_model(model_type, package, subject)` builds the model class `tasks.model_class` picks for the type from its
+tiny config, seeded, and checks one *subject* (a column of the coverage table):
 
-1. eager identity: at every case both give bit-identical logits and cache tensors, and the cache is transformers'
-   own `DynamicCache` (pytree registrations are keyed by exact class);
-2. exports the generated copy twice with dynamic shapes, non-strict: decode (with a cache) and prefill (no cache);
-3. runs each program at shapes other than its example and compares logits and every cache tensor with the original's
-   eager output: a silently specialised branch shows up here as a mismatch, a guard as a rejected case;
-4. saves and loads the decode program and runs one case on the loaded one.
+- "generated": the same-named class of `<package>.<module>` (the vendored copy) with the original's weights, exported
+  with plain `torch.export.export(strict=False)`; its eager outputs must be bit-identical to the original's;
+- "original": transformers' own class, plain `torch.export.export(strict=False)`, no help;
+- "dynamo-exporter": transformers' own class through `transformers.exporters.DynamoExporter` (its runtime patches),
+  with `DynamoConfig(dynamic=True)`, the configuration its documentation shows.
 
-It stops at the first failing stage and never raises: any exception becomes a failed `VerifyResult`. It refuses
-(as a `build` failure) model types that are not decoder LMs and packages that do not register `DynamicCache` as a
-pytree node on import.
+Programs: a causal LM whose forward takes a `cache` gets two, decode (a cache built by the original on a seeded
+prefix) and prefill (no cache), at the cases of `inputs.py`; an encoder-decoder LM gets decode (encoder outputs and
+an `EncoderDecoderCache` built by the original) and forward; every other model gets one, "forward", at the
+`FORWARD_SHAPES` of dummy inputs (`tasks.dummy_inputs`). The first case of a program is its export example (sizes
+>= 2); a dim whose size differs between the program's cases is exported dynamic (`Dim.DYNAMIC`: code that specialises
+it is an export error), every other dim static.
+
+Stages, and the failure kind each reports (the first failing stage ends the check; nothing raises):
+refused (the tiny model would exceed the memory budget); build; eager (the original cannot run its own inputs); eager-mismatch (the generated copy is not bit-identical);
+export-error (exception type, first line, and the innermost frame of transformers or the generated package);
+mismatch (the program disagrees with eager at its own example); silent-specialisation (it agrees at the example and
+disagrees at another shape: exported, and wrong); guard-rejected (it refuses another shape); save-load (the first
+program saved and loaded disagrees or fails).
 """
 
 import importlib
+import logging
 import math
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 
 import torch
+import transformers
 from torch.utils import _pytree as pytree
 from transformers import DynamicCache
 from transformers.models.auto.configuration_auto import model_type_to_module_name
-from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-from exportsmith.verify.inputs import DECODE_CASES, DECODE_EXAMPLE, PREFILL_CASES, PREFILL_EXAMPLE, Case, case_inputs
+from exportsmith.verify.errors import first_line, user_location
+from exportsmith.verify.inputs import DECODE_CASES, PREFILL_CASES, case_inputs
 from exportsmith.verify.shapes import dynamic_shapes_like
-from exportsmith.verify.tiny import tiny_config
+from exportsmith.verify.tasks import AUDIO_LAYOUTS, EXAMPLE, InputShape, config_for, dummy_inputs, model_class
+from exportsmith.verify.tasks import forward_parameters, takes_audio, vocab
+from exportsmith.verify.tiny import TooLarge, build_tiny_model, tiny_config
 
 # Exported programs run the same float32 kernels as eager, but decompositions and shape-dependent kernel choices may
 # reorder reductions: allow rounding-level differences, far below what a wrong branch or mask produces.
 MAX_ABS_DIFF = 1e-5
 
-FAILURE_KINDS = ("build", "eager-mismatch", "export-error", "mismatch", "guard-rejected", "save-load")
+SUBJECTS = ("original", "dynamo-exporter", "generated")
+FAILURE_KINDS = (
+    "refused",
+    "build",
+    "eager",
+    "eager-mismatch",
+    "export-error",
+    "mismatch",
+    "silent-specialisation",
+    "guard-rejected",
+    "save-load",
+)
 
-PROGRAMS = {"decode": (DECODE_EXAMPLE, DECODE_CASES), "prefill": (PREFILL_EXAMPLE, PREFILL_CASES)}
-
-# Dim.DYNAMIC for every size: named Dims fail with constraint violations, because the mask length is past + new
-# tokens, and two Dims cannot be added to say so.
-BATCH_AND_LENGTH = {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}
-
-
-def cache_tensor_dims(tensor: torch.Tensor) -> dict | None:
-    """Key/value tensors are [batch, kv_heads, past, head_dim]: batch and past vary."""
-    return {0: torch.export.Dim.DYNAMIC, 2: torch.export.Dim.DYNAMIC} if tensor.dim() == 4 else None
+# The evaluation sets of a "forward" program: the example, then batch 1 and batch 3 with other text lengths (media
+# sizes come from the config and stay fixed).
+FORWARD_SHAPES = (
+    EXAMPLE,
+    InputShape(batch=1, text_length=5, decoder_length=3, seed=1),
+    InputShape(batch=3, text_length=11, decoder_length=6, seed=2),
+)
 
 
-# Per forward keyword: the dims of each of its tensors. Keywords not listed (use_cache) are static.
-INPUT_DIMS = {
-    "input_ids": lambda _: BATCH_AND_LENGTH,
-    "attention_mask": lambda _: BATCH_AND_LENGTH,
-    "cache": cache_tensor_dims,
-}
+@dataclass(frozen=True)
+class Case:
+    """One evaluation set of a program; `inputs()` builds fresh forward kwargs (a forward grows a given cache)."""
+
+    name: str
+    batch: int
+    new_tokens: int  # text tokens of the call (new tokens of a decode step)
+    past: int
+    inputs: Callable[[], dict]
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    cases: tuple[Case, ...]  # cases[0] is the export example
 
 
 @dataclass
@@ -73,15 +105,18 @@ class CaseRecord:
 
 @dataclass
 class VerifyResult:
-    """The verdict on one model; `failure` is one of FAILURE_KINDS, `message` says where and why."""
+    """The verdict on one model and subject; `failure` is one of FAILURE_KINDS, `message` says why, `location` where."""
 
     model_type: str
+    subject: str = "generated"
+    model_class: str | None = None
     ok: bool = False
     eager_identical: bool = False
     cases: list[CaseRecord] = field(default_factory=list)
     export_seconds: dict[str, float] = field(default_factory=dict)
     failure: str | None = None
     message: str = ""
+    location: str | None = None
 
     @property
     def max_diff(self) -> float | None:
@@ -91,79 +126,113 @@ class VerifyResult:
     @property
     def summary(self) -> str:
         if not self.ok:
-            return f"{self.model_type}: FAIL {self.failure}: {self.message}"
+            where = f" at {self.location}" if self.location else ""
+            return f"{self.model_type}: FAIL {self.failure}: {self.message}{where}"
         seconds = ", ".join(f"{program} {s:.1f}s" for program, s in self.export_seconds.items())
         return f"{self.model_type}: ok max|diff|={self.max_diff:.3g} ({seconds})"
 
     def record(self) -> dict:
-        """The deterministic part of the result (no timings), for `generated/<model>/VERIFY.json`."""
+        """The deterministic part of the result (no timings), for VERIFY.json and coverage records."""
         return {
             "model_type": self.model_type,
+            "subject": self.subject,
+            "model_class": self.model_class,
             "ok": self.ok,
             "failure": self.failure,
             "message": self.message,
+            "location": self.location,
             "eager_identical": self.eager_identical,
             "cases": [asdict(case) for case in self.cases],
         }
 
-    def fail(self, kind: str, message: str) -> "VerifyResult":
+    def fail(self, kind: str, message: str, location: str | None = None) -> "VerifyResult":
         if kind not in FAILURE_KINDS:
             raise ValueError(f"unknown failure kind {kind!r}")
-        self.ok, self.failure, self.message = False, kind, message
+        self.ok, self.failure, self.message, self.location = False, kind, message, location
         return self
 
 
-def first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
-
-
-def verify_model(model_type: str, package: str = "generated") -> VerifyResult:
-    """Verify `<package>.<module>`'s CausalLM class of `model_type`; never raises."""
-    result = VerifyResult(model_type)
+def verify_model(model_type: str, package: str = "generated", subject: str = "generated") -> VerifyResult:
+    """Verify `subject` (see SUBJECTS) of `model_type`; never raises."""
+    if subject not in SUBJECTS:
+        raise ValueError(f"unknown subject {subject!r}; one of {', '.join(SUBJECTS)}")
+    result = VerifyResult(model_type, subject)
     try:
-        original, generated = build_pair(model_type, package)
+        original, generated = build_pair(model_type, package if subject == "generated" else None)
+        result.model_class = type(original).__name__
+    except TooLarge as error:
+        return result.fail("refused", str(error))
     except Exception as error:
-        return result.fail("build", first_line(error))
+        return result.fail("build", first_line(error), user_location(error))
+    subject_model = generated if generated is not None else original
     try:
-        references = eager_references(original, generated)
+        programs = programs_for(original)
+        references = {(p.name, c.name): run(original, c.inputs()) for p in programs for c in p.cases}
     except Exception as error:
-        return result.fail("eager-mismatch", str(error))
-    result.eager_identical = True
+        return result.fail("eager", first_line(error), user_location(error))
+    if generated is not None:
+        try:
+            check_eager_identity(original, generated, programs, references)
+        except Exception as error:
+            return result.fail("eager-mismatch", str(error))
+    result.eager_identical = generated is not None
 
-    exported, export_errors = export_and_compare(original, generated, references, result)
+    exported, export_errors = {}, []
+    for program in programs:
+        try:
+            started = time.perf_counter()
+            exported[program.name] = export_subject(subject, subject_model, program)
+            result.export_seconds[program.name] = time.perf_counter() - started
+            runnable = runnable_of(exported[program.name])
+        except Exception as error:
+            export_errors.append((program.name, error))
+            continue
+        for case in program.cases:
+            record = CaseRecord(program.name, case.name, case.batch, case.new_tokens, case.past)
+            try:
+                record.max_diff = max_abs_diff(references[program.name, case.name], run(runnable, case))
+            except Exception as error:
+                record.error = first_line(error)
+            result.cases.append(record)
     if export_errors:
-        return result.fail("export-error", "; ".join(export_errors))
+        message = "; ".join(f"{name}: {first_line(error)}" for name, error in export_errors)
+        return result.fail("export-error", message, user_location(export_errors[0][1]))
     # A wrong result is worse than a refused input: report mismatches first.
-    mismatched = [r for r in result.cases if r.max_diff is not None and not r.max_diff <= MAX_ABS_DIFF]
-    if mismatched:
-        return result.fail(
-            "mismatch", "; ".join(f"{r.program} {r.name}: max|diff|={r.max_diff:.3g}" for r in mismatched)
-        )
+    wrong = [r for r in result.cases if r.max_diff is not None and not r.max_diff <= MAX_ABS_DIFF]
+    if wrong:
+        examples = {program.cases[0].name for program in programs}
+        kind = "mismatch" if any(r.name in examples for r in wrong) else "silent-specialisation"
+        return result.fail(kind, "; ".join(f"{r.program} {r.name}: max|diff|={r.max_diff:.3g}" for r in wrong))
     rejected = [r for r in result.cases if r.error is not None]
     if rejected:
         return result.fail("guard-rejected", "; ".join(f"{r.program} {r.name}: {r.error}" for r in rejected))
     try:
-        diff = save_load_diff(exported["decode"], original, references)
+        program = programs[0]
+        case = program.cases[1 if len(program.cases) > 1 else 0]
+        loaded = runnable_of(save_and_load(exported[program.name]))
+        diff = max_abs_diff(references[program.name, case.name], run(loaded, case))
     except Exception as error:
         return result.fail("save-load", first_line(error))
     if not diff <= MAX_ABS_DIFF:
-        return result.fail("save-load", f"loaded decode program: max|diff|={diff:.3g}")
+        return result.fail("save-load", f"loaded {program.name} program at {case.name}: max|diff|={diff:.3g}")
     result.ok = True
     return result
 
 
-def build_pair(model_type: str, package: str) -> tuple[torch.nn.Module, torch.nn.Module]:
-    """The original and the generated CausalLM of a tiny config, with the same weights, in eval mode."""
-    config = tiny_config(model_type)
+def build_pair(model_type: str, package: str | None) -> tuple[torch.nn.Module, torch.nn.Module | None]:
+    """The original model of a tiny config and, with `package`, its generated copy with the same weights (eval)."""
+    _, original_class = model_class(model_type)
+    config = config_for(original_class, tiny_config(model_type))
+    original = build_tiny_model(original_class, config)
+    if package is None:
+        return original, None
     module = model_type_to_module_name(model_type)
-    class_name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
-    original_class = getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), class_name)
-    generated_class = getattr(importlib.import_module(f"{package}.{module}"), class_name)
+    generated_module = importlib.import_module(f"{package}.{module}")
+    generated_class = getattr(generated_module, original_class.__name__, None)
+    if generated_class is None:
+        raise LookupError(f"{package}.{module} has no {original_class.__name__}")
     if DynamicCache not in pytree.SUPPORTED_NODES:
         raise RuntimeError(f"importing {package} did not register DynamicCache as a pytree node")
-    torch.manual_seed(0)
-    original = original_class(config).eval()
     generated = generated_class(config).eval()
     keys = generated.load_state_dict(original.state_dict(), strict=False)
     if keys.missing_keys or keys.unexpected_keys:
@@ -171,95 +240,205 @@ def build_pair(model_type: str, package: str) -> tuple[torch.nn.Module, torch.nn
     return original, generated
 
 
-def eager_references(original: torch.nn.Module, generated: torch.nn.Module) -> dict:
-    """The original's output at every (program, case); raises at the first case where the copy's is not identical."""
-    references = {}
-    for program, (_, cases) in PROGRAMS.items():
-        for case in cases:
-            try:
-                references[program, case] = eager_reference(original, generated, case)
-            except Exception as error:
-                raise RuntimeError(f"{program} {case.name}: {first_line(error)}") from error
-    return references
+def programs_for(original: torch.nn.Module) -> list[Program]:
+    """Decode and prefill for a causal LM that takes a cache; decode (encoder outputs and an EncoderDecoderCache) and
+    forward for an encoder-decoder LM; else one "forward" program over FORWARD_SHAPES."""
+    parameters = forward_parameters(original)
+    is_lm = "cache" in parameters and getattr(original, "get_output_embeddings", lambda: None)() is not None
+    layout = audio_layout(original)
+    forward = Program(
+        "forward",
+        tuple(
+            Case(shape_name(shape), shape.batch, shape.text_length, 0, partial(dummy_inputs, original, layout, shape))
+            for shape in FORWARD_SHAPES
+        ),
+    )
+    if is_lm and not getattr(original.config, "is_encoder_decoder", False):
+        vocab_size = vocab(original.config)  # a multimodal LM's is its text config's
+        return [
+            Program(name, tuple(lm_case(original, vocab_size, case) for case in cases))
+            for name, cases in (("decode", DECODE_CASES), ("prefill", PREFILL_CASES))
+        ]
+    if is_lm and "encoder_outputs" in parameters:
+        return [
+            Program("decode", tuple(seq2seq_case(original, layout, case) for case in SEQ2SEQ_DECODE_CASES)),
+            forward,
+        ]
+    return [forward]
 
 
-def eager_reference(original: torch.nn.Module, generated: torch.nn.Module, case: Case):
-    """The original's output at `case`; raises unless the generated copy's output is bit-identical."""
-    vocab_size = original.config.vocab_size
+def shape_name(shape: InputShape) -> str:
+    return f"batch{shape.batch}-text{shape.text_length}"
+
+
+# Decode steps of an encoder-decoder: (case, encoder text length). The encoder length varies too.
+SEQ2SEQ_DECODE_CASES = (
+    (DECODE_CASES[0], 8),
+    (DECODE_CASES[1], 5),
+    (DECODE_CASES[2], 11),
+    (DECODE_CASES[3], 6),
+)
+
+
+def seq2seq_case(original: torch.nn.Module, layout: int, case_and_length) -> Case:
+    case, text_length = case_and_length
+    shape = InputShape(case.batch, text_length, case.past + case.new_tokens, seed=case.batch * 100 + case.past)
+    inputs = partial(seq2seq_inputs, original, layout, shape, case.past)
+    return Case(case.name, case.batch, case.new_tokens, case.past, inputs)
+
+
+def seq2seq_inputs(original: torch.nn.Module, layout: int, shape: InputShape, past: int) -> dict:
+    """A decode step as `generate` makes it: encoder outputs, the encoder's attention mask, the new decoder tokens and
+    an EncoderDecoderCache of the `past` first ones, all from the original model on seeded full inputs."""
+    full = dummy_inputs(original, layout, shape)
+    decoder_ids = full.pop("decoder_input_ids")
     with torch.no_grad():
-        expected = original(**case_inputs(original, vocab_size, case))
-        actual = generated(**case_inputs(original, vocab_size, case))
-    if type(actual.cache) is not DynamicCache:
-        raise TypeError(f"cache is {type(actual.cache).__qualname__}, not transformers' DynamicCache")
-    expected_tensors, actual_tensors = compared_tensors(expected), compared_tensors(actual)
-    if len(expected_tensors) != len(actual_tensors) or not all(
-        e.shape == a.shape and torch.equal(e, a) for e, a in zip(expected_tensors, actual_tensors)
-    ):
-        raise AssertionError(f"outputs differ, max|diff|={max_abs_diff(expected, actual):.3g}")
-    return expected
+        prefix = original(**full, decoder_input_ids=decoder_ids[:, :past], use_cache=True)
+    inputs = {
+        # a tuple, not a BaseModelOutput: torch.export.load unpickles example inputs weights-only, and a ModelOutput
+        # (an OrderedDict subclass) cannot be unpickled that way
+        "encoder_outputs": (prefix.encoder_last_hidden_state,),
+        "decoder_input_ids": decoder_ids[:, past:],
+        "cache": prefix.cache,
+        "use_cache": True,
+    }
+    if "attention_mask" in full:
+        inputs["attention_mask"] = full["attention_mask"]
+    return inputs
 
 
-def export_and_compare(
-    original: torch.nn.Module, generated: torch.nn.Module, references: dict, result: VerifyResult
-) -> tuple[dict[str, torch.export.ExportedProgram], list[str]]:
-    """Export each program of `generated`, record its time and a CaseRecord per case; -> (programs, export errors)."""
-    vocab_size = original.config.vocab_size
-    exported, export_errors = {}, []
-    for program, (example, cases) in PROGRAMS.items():
+def lm_case(original: torch.nn.Module, vocab_size: int, case) -> Case:
+    return Case(case.name, case.batch, case.new_tokens, case.past, partial(case_inputs, original, vocab_size, case))
+
+
+def audio_layout(model: torch.nn.Module) -> int:
+    """The first audio layout (see tasks.AUDIO_LAYOUTS) the model runs at; 0 for models without audio."""
+    if not takes_audio(model):
+        return 0
+    for layout in range(AUDIO_LAYOUTS - 1):
         try:
-            started = time.perf_counter()
-            exported[program] = export_program(generated, case_inputs(original, vocab_size, example))
-            result.export_seconds[program] = time.perf_counter() - started
-            runnable = exported[program].module()
-        except Exception as error:
-            export_errors.append(f"{program}: {first_line(error)}")
+            run(model, dummy_inputs(model, layout))
+            return layout
+        except Exception:
             continue
-        for case in cases:
-            record = CaseRecord(program, case.name, case.batch, case.new_tokens, case.past)
-            try:
-                with torch.no_grad():
-                    actual = runnable(**case_inputs(original, vocab_size, case))
-                record.max_diff = max_abs_diff(references[program, case], actual)
-            except Exception as error:
-                record.error = first_line(error)
-            result.cases.append(record)
-    return exported, export_errors
+    return AUDIO_LAYOUTS - 1
 
 
-def compared_tensors(output) -> list[torch.Tensor]:
-    """The logits, then every tensor of the returned cache in pytree order."""
-    return [output.logits] + [leaf for leaf in pytree.tree_leaves(output.cache) if isinstance(leaf, torch.Tensor)]
+def run(model: Callable, inputs: dict | Case):
+    """One seeded forward without grad (some models draw random numbers in eval, e.g. masked-autoencoder noise)."""
+    if isinstance(inputs, Case):
+        inputs = inputs.inputs()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        return model(**inputs)
+
+
+def check_eager_identity(original, generated, programs: list[Program], references: dict) -> None:
+    """Raise at the first case where the generated copy's output is not bit-identical to the original's."""
+    for program in programs:
+        for case in program.cases:
+            expected, actual = references[program.name, case.name], run(generated, case)
+            cache = getattr(expected, "cache", None)
+            if isinstance(cache, transformers.Cache) and type(getattr(actual, "cache", None)) is not type(cache):
+                # pytree registrations are keyed by exact class: the copy must return transformers' own cache
+                raise TypeError(f"{program.name} {case.name}: cache is {type(actual.cache).__qualname__}")
+            expected_tensors, actual_tensors = output_tensors(expected), output_tensors(actual)
+            if len(expected_tensors) != len(actual_tensors) or not all(
+                e.shape == a.shape and e.dtype == a.dtype and torch.equal(e, a)
+                for e, a in zip(expected_tensors, actual_tensors)
+            ):
+                diff = max_abs_diff(expected, actual)
+                raise AssertionError(f"{program.name} {case.name}: outputs differ, max|diff|={diff:.3g}")
+
+
+def output_tensors(output) -> list[torch.Tensor]:
+    """Every tensor of an output in a fixed order: pytree leaves, and the attributes (by name) of objects pytree
+    does not know, such as a cache that is not registered."""
+    tensors = []
+    for leaf in pytree.tree_leaves(output):
+        if isinstance(leaf, torch.Tensor):
+            tensors.append(leaf)
+        elif hasattr(leaf, "__dict__") and not isinstance(leaf, (torch.nn.Module, type)):
+            tensors.extend(output_tensors([value for _, value in sorted(vars(leaf).items())]))
+    return tensors
 
 
 def max_abs_diff(expected, actual) -> float:
-    """Largest |difference| over logits and cache tensors; inf if their number or shapes differ."""
-    expected_tensors, actual_tensors = compared_tensors(expected), compared_tensors(actual)
+    """Largest |difference| over the outputs' tensors; inf if their number or shapes differ."""
+    expected_tensors, actual_tensors = output_tensors(expected), output_tensors(actual)
     if len(expected_tensors) != len(actual_tensors):
         return math.inf
     diff = 0.0
     for e, a in zip(expected_tensors, actual_tensors):
         if e.shape != a.shape:
             return math.inf
-        if e.numel():
+        if e.numel() and (e.is_floating_point() or e.is_complex()):
             diff = max(diff, (e.double() - a.double()).abs().max().item())
+        elif e.numel() and not torch.equal(e, a):
+            return math.inf
     return diff
 
 
-def export_program(model: torch.nn.Module, example: dict) -> torch.export.ExportedProgram:
-    dynamic_shapes = {
-        name: dynamic_shapes_like(value, INPUT_DIMS[name]) if name in INPUT_DIMS else None
-        for name, value in example.items()
-    }
+def varying_dims(program: Program) -> dict:
+    """`dynamic_shapes` for the example: Dim.DYNAMIC for each dim (of size >= 2) whose size differs between cases,
+    Dim.AUTO for int leaves (cache counters); None for inputs whose structure differs between cases."""
+    all_inputs = [case.inputs() for case in program.cases]
+    example = all_inputs[0]
+    shapes = {}
+    for name, value in example.items():
+        leaves = pytree.tree_leaves(value)
+        others = [pytree.tree_leaves(inputs.get(name)) for inputs in all_inputs[1:]]
+        if any(len(other) != len(leaves) for other in others):
+            shapes[name] = None
+            continue
+        dims = iter(
+            [
+                {
+                    d: torch.export.Dim.DYNAMIC
+                    for d in range(leaf.dim())
+                    if leaf.shape[d] >= 2 and any(other[i].shape[d] != leaf.shape[d] for other in others)
+                }
+                or None
+                for i, leaf in enumerate(leaves)
+                if isinstance(leaf, torch.Tensor)
+            ]
+        )
+        shapes[name] = dynamic_shapes_like(value, lambda _: next(dims))
+    return shapes
+
+
+def export_subject(subject: str, model: torch.nn.Module, program: Program):
+    """`program` of `model` exported the way `subject` does it: an ExportedProgram, or DynamoExporter's ExportedModel."""
+    if subject == "dynamo-exporter":
+        from transformers.exporters.exporter_dynamo import DynamoConfig, DynamoExporter
+
+        return DynamoExporter().export(model, program.cases[0].inputs(), DynamoConfig(dynamic=True))
+    return export_program(model, program.cases[0].inputs(), varying_dims(program))
+
+
+def export_program(model: torch.nn.Module, example: dict, dynamic_shapes: dict) -> torch.export.ExportedProgram:
     return torch.export.export(model, (), example, dynamic_shapes=dynamic_shapes, strict=False)
 
 
-def save_load_diff(program: torch.export.ExportedProgram, original: torch.nn.Module, references: dict) -> float:
-    """Max |diff| of the saved-and-loaded decode program at the 1-token decode step."""
-    case = DECODE_CASES[1]
+def runnable_of(exported):
+    """What runs an exported program with forward kwargs: `ep.module()`, or an exporter's ExportedModel itself."""
+    return exported if hasattr(exported, "save_pretrained") else exported.module()
+
+
+def save_and_load(exported):
+    """The saved-and-loaded copy of an exported program: through torch.export, or the exporter's own
+    save_pretrained / from_pretrained."""
     with tempfile.TemporaryDirectory() as directory:
-        path = os.path.join(directory, "decode.pt2")
-        torch.export.save(program, path)
-        loaded = torch.export.load(path)
-    with torch.no_grad():
-        actual = loaded.module()(**case_inputs(original, original.config.vocab_size, case))
-    return max_abs_diff(references["decode", case], actual)
+        if hasattr(exported, "save_pretrained"):  # a transformers.exporters ExportedModel
+            exported.save_pretrained(directory)
+            # its example inputs hold a cache that torch unpickles weights-only, fails, retries, and then logs a
+            # warning whose formatting itself fails with a traceback on stderr: silence that logger
+            serde = logging.getLogger("torch._export.serde.serialize")
+            serde.disabled, was_disabled = True, serde.disabled
+            try:
+                return type(exported).from_pretrained(directory, trust_remote_code=True)  # our own pickle
+            finally:
+                serde.disabled = was_disabled
+        path = os.path.join(directory, "program.pt2")
+        torch.export.save(exported, path)
+        return torch.export.load(path)

@@ -1,7 +1,8 @@
-"""Verify one generated decoder LM through ONNX: `torch.onnx.export(dynamo=True)`, then ONNX Runtime vs eager.
+"""Verify one generated model through ONNX: `torch.onnx.export(dynamo=True)`, then ONNX Runtime vs eager.
 
-`verify_onnx(model_type, package)` builds the original and the generated CausalLM exactly as `check.build_pair`
-does, then for each program of `check.PROGRAMS` (decode with a cache, prefill without):
+`verify_onnx(model_type, package)` builds the original and the generated model exactly as `check.build_pair`
+does, then for each program of `check.programs_for` (decode with a cache and prefill for a causal LM, else one
+forward):
 
 1. exports the generated copy with `torch.onnx.export(..., dynamo=True)` at the program's example, with the same
    dynamic dims as `check` (batch, new tokens, past length; the cache's int counters `Dim.AUTO`);
@@ -29,9 +30,8 @@ import torch
 from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 from torch.utils import _pytree as pytree
 
-from exportsmith.verify.check import INPUT_DIMS, PROGRAMS, CaseRecord, build_pair, first_line
-from exportsmith.verify.inputs import Case, case_inputs
-from exportsmith.verify.shapes import dynamic_shapes_like
+from exportsmith.verify.check import Case, CaseRecord, Program, build_pair, programs_for, run, varying_dims
+from exportsmith.verify.errors import first_line
 
 ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime")
 INSTALL_HINT = "pip install 'exportsmith[onnx]'"
@@ -99,34 +99,38 @@ def require_onnx_packages() -> None:
 
 
 def verify_onnx(model_type: str, package: str = "generated") -> OnnxResult:
-    """Verify `<package>.<module>`'s CausalLM class of `model_type` through ONNX and ORT; raises only if deps miss."""
+    """Verify `<package>.<module>`'s model class of `model_type` through ONNX and ORT; raises only if deps miss."""
     require_onnx_packages()
     result = OnnxResult(model_type)
     try:
         original, generated = build_pair(model_type, package)
-        references = original_references(original)
+        programs = programs_for(original)
+        references = original_references(original, programs)
     except Exception as error:
         return result.fail("build", first_line(error))
 
     export_errors, session_errors = [], []
-    for program, (example, cases) in PROGRAMS.items():
+    for program in programs:
+        example = program.cases[0]
         try:
             started = time.perf_counter()
-            onnx_program = export_onnx(generated, case_inputs(original, original.config.vocab_size, example))
-            result.export_seconds[program] = time.perf_counter() - started
-            name_graph_io(onnx_program, generated, original, example)
+            onnx_program = export_onnx(generated, example.inputs(), varying_dims(program))
+            result.export_seconds[program.name] = time.perf_counter() - started
+            name_graph_io(onnx_program, generated, example)
         except Exception as error:
-            export_errors.append(f"{program}: {error_summary(error)}")
+            export_errors.append(f"{program.name}: {error_summary(error)}")
             continue
         graph = onnx_program.model.graph
-        result.input_names[program] = [value.name for value in graph.inputs]
-        result.output_names[program] = [value.name for value in graph.outputs]
+        result.input_names[program.name] = [value.name for value in graph.inputs]
+        result.output_names[program.name] = [value.name for value in graph.outputs]
         try:
             session = ort_session(onnx_program)
         except Exception as error:
-            session_errors.append(f"{program}: {first_line(error)}")
+            session_errors.append(f"{program.name}: {first_line(error)}")
             continue
-        result.cases += [run_case(session, original, program, case, references[program, case]) for case in cases]
+        result.cases += [
+            run_case(session, program.name, case, references[program.name, case.name]) for case in program.cases
+        ]
 
     if export_errors:
         return result.fail("onnx-export-error", "; ".join(export_errors))
@@ -143,17 +147,16 @@ def verify_onnx(model_type: str, package: str = "generated") -> OnnxResult:
     return result
 
 
-def original_references(original: torch.nn.Module) -> dict[tuple[str, Case], dict]:
+def original_references(original: torch.nn.Module, programs: list[Program]) -> dict[tuple[str, str], dict]:
     """The original's eager outputs by readable name, at every (program, case); raises naming the case that failed."""
     references = {}
-    for program, (_, cases) in PROGRAMS.items():
-        for case in cases:
+    for program in programs:
+        for case in program.cases:
             try:
-                with torch.no_grad():
-                    output = original(**case_inputs(original, original.config.vocab_size, case))
+                output = run(original, case)
             except Exception as error:
-                raise RuntimeError(f"original eager, {program} {case.name}: {first_line(error)}") from error
-            references[program, case] = named_leaves(output, OUTPUT_NAMES)
+                raise RuntimeError(f"original eager, {program.name} {case.name}: {first_line(error)}") from error
+            references[program.name, case.name] = named_leaves(output, OUTPUT_NAMES)
     return references
 
 
@@ -179,12 +182,8 @@ def quiet_onnx_registry():
         registry_logger.setLevel(level)
 
 
-def export_onnx(model: torch.nn.Module, example: dict) -> "torch.onnx.ONNXProgram":
+def export_onnx(model: torch.nn.Module, example: dict, dynamic_shapes: dict) -> "torch.onnx.ONNXProgram":
     """`model` at `example` through `torch.onnx.export(dynamo=True)`, with check's dynamic dims."""
-    dynamic_shapes = {
-        name: dynamic_shapes_like(value, INPUT_DIMS[name]) if name in INPUT_DIMS else None
-        for name, value in example.items()
-    }
     with quiet_onnx_registry():
         return torch.onnx.export(
             model, (), kwargs=example, dynamo=True, dynamic_shapes=dynamic_shapes, verbose=False, report=False
@@ -212,7 +211,7 @@ def named_leaves(tree, top_level: dict[str, str]) -> dict:
     return {readable_name(path, top_level): leaf for path, leaf in pytree.tree_flatten_with_path(tree)[0]}
 
 
-def name_graph_io(onnx_program, generated: torch.nn.Module, reference: torch.nn.Module, example: Case) -> None:
+def name_graph_io(onnx_program, generated: torch.nn.Module, example: Case) -> None:
     """Rename the ONNX graph's inputs and outputs after the key paths of the traced call's inputs and output.
 
     The exported program's in/out tree specs fix the order of the flat leaves; leaves the program holds as
@@ -220,11 +219,9 @@ def name_graph_io(onnx_program, generated: torch.nn.Module, reference: torch.nn.
     """
     program = onnx_program.exported_program
     kwargs_spec = program.call_spec.in_spec.child(1)  # the call is (args=(), kwargs)
-    kwargs = case_inputs(reference, reference.config.vocab_size, example)
+    kwargs = example.inputs()
     kwargs = {name: kwargs[name] for name in kwargs_spec.context}
-    with torch.no_grad():
-        # fresh inputs: the forward grows the cache it is given in place
-        output = generated(**case_inputs(reference, reference.config.vocab_size, example))
+    output = run(generated, example)  # fresh inputs: the forward grows the cache it is given in place
     graph = onnx_program.model.graph
     for values, tree, spec, specs, top_level in (
         (graph.inputs, kwargs, kwargs_spec, program.graph_signature.input_specs, INPUT_NAMES),
@@ -255,10 +252,10 @@ def ort_session(onnx_program) -> "onnxruntime.InferenceSession":
     )
 
 
-def run_case(session, original: torch.nn.Module, program: str, case: Case, expected: dict) -> CaseRecord:
+def run_case(session, program: str, case: Case, expected: dict) -> CaseRecord:
     """Run `session` at `case`; record max |diff| to the original's eager output `expected`, or the error raised."""
     record = CaseRecord(program, case.name, case.batch, case.new_tokens, case.past)
-    inputs = named_leaves(case_inputs(original, original.config.vocab_size, case), INPUT_NAMES)
+    inputs = named_leaves(case.inputs(), INPUT_NAMES)
     try:
         feed = {graph_input.name: np.asarray(inputs[graph_input.name]) for graph_input in session.get_inputs()}
         actual = dict(zip((output.name for output in session.get_outputs()), session.run(None, feed)))
