@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -109,3 +110,25 @@ def test_regenerating_an_up_to_date_directory_writes_nothing(tmp_path):
     result = run("generate", "gpt2", "--out", str(out))
     assert result.exit_code == 0 and "already up to date" in result.stderr
     assert (out / "gpt2" / "modeling_gpt2.py").stat().st_mtime_ns == stamp
+
+
+def test_verify_needs_models_or_all_and_a_known_subject():
+    for args in ([], ["llama", "--all"], ["llama", "--subject", "nobody"]):
+        result = run("verify", *args)
+        assert result.exit_code == 2, args
+        assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: ")
+
+
+def test_verify_json_isolates_each_model_records_it_and_resumes(tmp_path):
+    records = tmp_path / "original.jsonl"
+    result = run("verify", "bert", "llama", "--subject", "original", "--json", str(records))
+    assert result.exit_code == 1  # the original llama does not export
+    lines = [json.loads(line) for line in records.read_text().splitlines()]
+    by_type = {line["model_type"]: line for line in lines}
+    assert set(by_type) == {"bert", "llama"}
+    assert by_type["bert"]["status"] == "ok" and by_type["bert"]["details"]["cases"]
+    assert by_type["llama"]["status"] == "export-error" and "DynamicCache" in by_type["llama"]["reason"]
+    assert "llama: FAIL export-error: " in result.stdout and "bert: ok" in result.stdout
+    again = run("verify", "bert", "--subject", "original", "--json", str(records))
+    assert again.exit_code == 0 and again.stdout == "bert: ok\n"
+    assert len(records.read_text().splitlines()) == 2  # recorded types are not checked again

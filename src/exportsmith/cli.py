@@ -180,10 +180,28 @@ def rewrite(
     _say(f"{path}: {'rewritten by ' + ', '.join(change.applied) if change.changed else 'unchanged'}")
 
 
+SUBJECT_HELP = (
+    "What to export: 'generated' (the copies in OUT), 'original' (transformers' classes, no help) or "
+    "'dynamo-exporter' (transformers' classes through transformers.exporters.DynamoExporter)."
+)
+
+
 @app.command()
 def verify(
-    models: list[str] = typer.Argument(..., help="Model types (decoder LMs)."),
+    models: list[str] = typer.Argument(None, help="Model types; or --all."),
+    all_models: bool = typer.Option(
+        False, "--all", help="Every model type OUT holds (every model type of transformers for the other subjects)."
+    ),
     out: Path = typer.Option(Path("generated"), "--out", help="The generated package directory to verify."),
+    subject: str = typer.Option("generated", "--subject", help=SUBJECT_HELP),
+    json_path: Path = typer.Option(
+        None,
+        "--json",
+        help="Run each model in its own process (memory cap, timeout) and append one JSON record per model to this "
+        "file; model types already recorded there are skipped, so an interrupted sweep resumes.",
+    ),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="With --json: models verified at a time."),
+    timeout: float = typer.Option(600.0, "--timeout", help="With --json: seconds per model."),
     record: bool = typer.Option(
         False, "--record", help="Write OUT/<model>/VERIFY.json, with the original's export error (for PR texts)."
     ),
@@ -191,12 +209,57 @@ def verify(
         False, "--onnx", help="Also export with torch.onnx (dynamo) and compare in onnxruntime."
     ),
 ):
-    """Check the generated copies: eager bit-identity, export with dynamic shapes, exported vs eager at other shapes."""
+    """Check models: eager bit-identity of the copy, export with dynamic shapes, the program vs eager at other shapes,
+    save/load. Exits 1 when a model fails."""
+    from .verify.check import SUBJECTS
+
     tf = _transformers()
-    _modules(tf, models)  # one clear error for unknown names before any model is built
-    modules = {name: tf.resolve(name).module for name in models}
-    if not (out / "__init__.py").is_file():
-        raise _fail(f"{out} is not a generated package; run: exportsmith generate {' '.join(models)} --out {out}")
+    if subject not in SUBJECTS:
+        raise _fail(f"unknown subject {subject!r}; one of: {', '.join(SUBJECTS)}")
+    if bool(models) == all_models:
+        raise _fail("name model types, or pass --all")
+    if (record or onnx) and (subject != "generated" or json_path is not None):
+        raise _fail("--record and --onnx check generated copies in this process: not with --subject or --json")
+    if subject == "generated" and not (out / "__init__.py").is_file():
+        hint = " ".join(models) if models else "--all"
+        raise _fail(f"{out} is not a generated package; run: exportsmith generate {hint} --out {out}")
+    if all_models and subject == "generated":
+        held = set(generated_modules(out))
+        models = sorted(name for name, module in tf.model_types.items() if module in held)
+    elif all_models:
+        models = sorted(tf.model_types)
+    else:
+        _modules(tf, models)  # one clear error for unknown names before any model is built
+    if json_path is not None:
+        failed = _verify_isolated(models, out, subject, json_path, jobs, timeout)
+    else:
+        failed = _verify_here(tf, models, out, subject, record, onnx)
+    if failed:
+        _say(f"{failed} of {len(models)} model(s) failed verification")
+        raise typer.Exit(1)
+    _say(f"{len(models)} model(s) verified")
+
+
+def _verify_isolated(models: list[str], out: Path, subject: str, json_path: Path, jobs: int, timeout: float) -> int:
+    from functools import partial
+
+    from .verify.isolate import check_export, sweep
+
+    check = partial(check_export, subject=subject, package=out.resolve().name, path=str(out.resolve().parent))
+    try:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        records = sweep(models, json_path, check, jobs=jobs, timeout=timeout)
+    except OSError as error:
+        raise _fail(f"cannot write {json_path}: {error}") from None
+    for name in models:
+        record = records[name]
+        where = f" at {record['details']['location']}" if record.get("details", {}).get("location") else ""
+        status = "ok" if record["status"] == "ok" else f"FAIL {record['status']}: {record['reason']}{where}"
+        typer.echo(f"{name}: {status}")
+    return sum(records[name]["status"] != "ok" for name in models)
+
+
+def _verify_here(tf: Transformers, models: list[str], out: Path, subject: str, record: bool, onnx: bool) -> int:
     import torch  # torch is imported only by the commands that need it
 
     from .verify import verify_model
@@ -208,12 +271,11 @@ def verify(
             require_onnx_packages()
         except MissingOnnxDependencies as error:
             raise _fail(str(error)) from None
-
     sys.path.insert(0, str(out.resolve().parent))
     failed = 0
     for index, name in enumerate(models, 1):
         _say(f"[{index}/{len(models)}] verifying {name} ...")
-        result = verify_model(name, package=out.resolve().name)
+        result = verify_model(name, package=out.resolve().name, subject=subject)
         typer.echo(result.summary)
         ok = result.ok
         if onnx:
@@ -228,12 +290,9 @@ def verify(
                 "torch": torch.__version__,
                 "original_export_error": original_export_error(name),
             }
-            path = out / modules[name] / "VERIFY.json"
+            path = out / tf.resolve(name).module / "VERIFY.json"
             path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    if failed:
-        _say(f"{failed} of {len(models)} model(s) failed verification")
-        raise typer.Exit(1)
-    _say(f"{len(models)} model(s) verified")
+    return failed
 
 
 def main() -> None:

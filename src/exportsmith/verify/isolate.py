@@ -9,7 +9,8 @@ MemoryError or an allocation failure in the child, or a SIGKILL from the kernel)
 `path` as soon as it is known, skips model types already recorded there (so an interrupted sweep resumes), and
 reports `[i/N] model_type status` on stderr.
 
-`tools/sweep_eager.py` is the command line over `sweep`.
+Two checks: `check_eager` (build the tiny model and run one forward; `tools/sweep_eager.py` sweeps it) and
+`check_export` (`verify_model` of one subject; `exportsmith verify --all` and `tools/coverage.py` sweep it).
 """
 
 import json
@@ -20,16 +21,19 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
+from exportsmith.verify.check import FAILURE_KINDS, verify_model
 from exportsmith.verify.errors import first_line
 from exportsmith.verify.tasks import AUDIO_LAYOUTS, config_for, dummy_inputs, model_class, takes_audio
 from exportsmith.verify.tiny import TooLarge, build_tiny_model, parameter_count, tiny_config
 
-STATUSES = ("ok", "refused", "build-error", "eager-error", "crash", "oom", "timeout")
+EAGER_STATUSES = ("ok", "refused", "build-error", "eager-error")
+ISOLATION_FAILURES = ("crash", "oom", "timeout")
+STATUSES = tuple(dict.fromkeys(EAGER_STATUSES + FAILURE_KINDS + ISOLATION_FAILURES))
 MEMORY_LIMIT = 6 * 2**30  # bytes of address space per child
 TIMEOUT = 300.0  # seconds per child
 JOBS = 2  # children at a time: one per core
@@ -47,6 +51,7 @@ class Record:
     seconds: float = 0.0
     params: int | None = None
     model_class: str | None = None
+    details: dict = field(default_factory=dict)  # the check's own findings (export: location, cases)
 
     def __post_init__(self):
         if self.status not in STATUSES:
@@ -75,6 +80,21 @@ def check_eager(model_type: str) -> dict:
     except Exception as error:
         return {**record, "status": "oom" if is_out_of_memory(error) else stage, "reason": first_line(error)}
     return {**record, "status": "ok", "reason": ""}
+
+
+def check_export(model_type: str, subject: str, package: str, path: str | None = None) -> dict:
+    """`verify_model` of one subject, as a record; `path` goes first on sys.path (where `package` lives)."""
+    if path is not None and path not in sys.path:
+        sys.path.insert(0, path)
+    result = verify_model(model_type, package, subject)
+    return {
+        "status": "ok" if result.ok else result.failure,
+        "reason": result.message,
+        "model_class": result.model_class,
+        "details": {
+            key: value for key, value in result.record().items() if key in ("location", "eager_identical", "cases")
+        },
+    }
 
 
 def run_eager(model: torch.nn.Module) -> None:
@@ -153,7 +173,7 @@ def finish(running: Running, timeout: float | None) -> Record:
     return Record(
         running.model_type,
         seconds=seconds,
-        **{key: result.get(key) for key in ("status", "reason", "params", "model_class")},
+        **{key: result[key] for key in ("status", "reason", "params", "model_class", "details") if key in result},
     )
 
 
