@@ -1,0 +1,52 @@
+"""tools/coverage.py renders the sweep records into COVERAGE.json and COVERAGE.md (the sweeps are the isolate tests')."""
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).parents[1]
+spec = importlib.util.spec_from_file_location("coverage_tool", ROOT / "tools" / "coverage.py")
+coverage = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(coverage)
+
+
+def record(status, reason="", location=None, model_class="FooModel", seconds=1.0):
+    return {
+        "status": status,
+        "reason": reason,
+        "model_class": model_class,
+        "seconds": seconds,
+        "details": {"location": location},
+    }
+
+
+def test_the_table_counts_each_subject_and_keeps_the_failure_class():
+    records = {
+        "original": {
+            "a": record("export-error", "ValueError: x", "transformers/models/a/modeling_a.py:3"),
+            "b": record("ok"),
+        },
+        "dynamo-exporter": {"a": record("ok"), "b": record("timeout", "no result within 300 s")},
+        "generated": {"a": record("ok"), "b": record("ok")},
+    }
+    data = coverage.table(records, ["a", "b", "c"])
+    assert data["total"] == 3
+    assert data["ok"] == {"original": 1, "dynamo-exporter": 1, "generated": 2}
+    rows = {row["model_type"]: row for row in data["models"]}
+    assert rows["a"]["original"] == {
+        "status": "export-error",
+        "reason": "ValueError: x",
+        "location": "transformers/models/a/modeling_a.py:3",
+    }
+    assert rows["c"]["generated"]["status"] == "not-run" and rows["c"]["model_class"] is None
+    text = coverage.markdown(data, {"original": 7200.0, "dynamo-exporter": 0.0, "generated": 0.0})
+    assert "- **generated**: 2 of 3 architectures export and match eager (66.7%)" in text
+    assert (
+        "| a | FooModel | **export-error**: ValueError: x `transformers/models/a/modeling_a.py:3` | ok | ok |" in text
+    )
+    assert f"transformers {data['transformers']}, torch {data['torch']}" in text
+
+
+def test_long_reasons_are_cut_and_pipes_escaped():
+    cell = coverage.markdown_cell({"status": "mismatch", "reason": "a|b " + "x" * 300, "location": None})
+    assert cell.startswith("**mismatch**: a\\|b ") and cell.endswith("…")
+    assert len(cell) < 140

@@ -1,0 +1,164 @@
+"""The coverage table: every model type of the installed transformers exported three ways, each isolated.
+
+    python tools/coverage.py                 # generate everything, sweep the three subjects, write the table
+    python tools/coverage.py --fresh         # forget earlier sweep records and start over
+    python tools/coverage.py --render-only   # rewrite the table from the records already in the work directory
+    python tools/coverage.py --retry build eager timeout   # check again the model types recorded with these statuses
+
+Steps: `exportsmith generate --all` into `build/coverage/generated`; then, for each subject of
+`exportsmith.verify.check.SUBJECTS` (the original with no help, the original through transformers' DynamoExporter,
+the generated copy), `verify_model` of every model type in its own child process (memory cap, timeout), records
+appended to `build/coverage/<subject>.jsonl` as they come, so an interrupted run resumes where it stopped; last,
+`generated/COVERAGE.md` and `generated/COVERAGE.json`: one row per model type, a column per subject with its failure
+class, totals on top, versions, date and this command. The JSON holds no timings, so the same transformers, torch and
+code give the same file apart from the date.
+"""
+
+import argparse
+import datetime
+import json
+import subprocess
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+import torch
+import transformers
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+from exportsmith.verify.check import SUBJECTS
+from exportsmith.verify.isolate import JOBS, check_export, recorded, sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMAND = "python tools/coverage.py"
+TIMEOUT = 300.0  # seconds per model and subject
+REASON_WIDTH = 110  # characters of a failure's first line shown in the table
+
+
+def generate_all(package: Path) -> None:
+    started = time.perf_counter()
+    command = [sys.executable, "-m", "exportsmith", "generate", "--all", "--out", str(package)]
+    subprocess.run(command, check=True)
+    print(f"generated every model into {package} in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+
+
+def sweep_subject(subject: str, model_types: list[str], work: Path, package: Path, jobs: int, timeout: float) -> None:
+    check = partial(check_export, subject=subject, package=package.name, path=str(package.parent))
+    started = time.perf_counter()
+    sweep(model_types, work / f"{subject}.jsonl", check, jobs=jobs, timeout=timeout)
+    print(f"swept {subject} in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+
+
+def cell(record: dict | None) -> dict:
+    """The committed part of one subject's record of one model type."""
+    if record is None:
+        return {"status": "not-run", "reason": "", "location": None}
+    details = record.get("details") or {}
+    return {"status": record["status"], "reason": record["reason"], "location": details.get("location")}
+
+
+def table(records: dict[str, dict[str, dict]], model_types: list[str]) -> dict:
+    totals = {
+        subject: sum(records[subject].get(name, {}).get("status") == "ok" for name in model_types)
+        for subject in SUBJECTS
+    }
+    rows = []
+    for name in model_types:
+        classes = {records[subject].get(name, {}).get("model_class") for subject in SUBJECTS} - {None}
+        rows.append(
+            {
+                "model_type": name,
+                "model_class": min(classes) if classes else None,
+                **{subject: cell(records[subject].get(name)) for subject in SUBJECTS},
+            }
+        )
+    return {
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "date": datetime.date.today().isoformat(),
+        "command": COMMAND,
+        "total": len(model_types),
+        "ok": totals,
+        "models": rows,
+    }
+
+
+def short(text: str) -> str:
+    text = text.replace("|", "\\|").replace("\n", " ")
+    return text if len(text) <= REASON_WIDTH else text[: REASON_WIDTH - 1] + "…"
+
+
+def markdown_cell(entry: dict) -> str:
+    if entry["status"] == "ok":
+        return "ok"
+    where = f" `{entry['location']}`" if entry["location"] else ""
+    return f"**{entry['status']}**: {short(entry['reason'])}{where}"
+
+
+def markdown(data: dict, model_seconds: dict[str, float]) -> str:
+    total = data["total"]
+    lines = [
+        "# Export coverage",
+        "",
+        f"transformers {data['transformers']}, torch {data['torch']}, {data['date']}. Produced by `{data['command']}`"
+        " (records: `COVERAGE.json`).",
+        "",
+        "Each model type's tiny seeded model (the class `exportsmith.verify.tasks.model_class` picks) is exported with"
+        " dynamic shapes and run at shapes other than the traced one; a cell is `ok` when the program matches eager"
+        " everywhere and survives `save`/`load`. Columns: the original transformers class with no help, the original"
+        " through `transformers.exporters.DynamoExporter` (its runtime patches), and exportsmith's generated copy.",
+        "",
+    ]
+    for subject in SUBJECTS:
+        ok = data["ok"][subject]
+        lines.append(
+            f"- **{subject}**: {ok} of {total} architectures export and match eager ({100 * ok / total:.1f}%)"
+        )
+    spent = ", ".join(f"{subject} {value / 3600:.1f} h" for subject, value in model_seconds.items())
+    lines += ["", f"Time spent in the model processes (the sweep runs two at a time on 2 cores): {spent}."]
+    lines += ["", "| model type | class | " + " | ".join(SUBJECTS) + " |", "|---|---|" + "---|" * len(SUBJECTS)]
+    for row in data["models"]:
+        cells = " | ".join(markdown_cell(row[subject]) for subject in SUBJECTS)
+        lines.append(f"| {row['model_type']} | {row['model_class'] or ''} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=ROOT / "build" / "coverage", help="resumable work directory")
+    parser.add_argument("--out", type=Path, default=ROOT / "generated", help="where COVERAGE.md/.json go")
+    parser.add_argument("--fresh", action="store_true", help="forget the sweep records of the work directory")
+    parser.add_argument("--render-only", action="store_true", help="only rewrite the table from existing records")
+    parser.add_argument("--retry", nargs="+", default=[], metavar="STATUS", help="forget records with these statuses")
+    parser.add_argument("--subjects", nargs="+", default=list(SUBJECTS), choices=SUBJECTS)
+    parser.add_argument("--jobs", type=int, default=JOBS)
+    parser.add_argument("--timeout", type=float, default=TIMEOUT, help="seconds per model type and subject")
+    args = parser.parse_args()
+
+    model_types = sorted(CONFIG_MAPPING_NAMES)
+    package = args.work / "generated"
+    args.work.mkdir(parents=True, exist_ok=True)
+    if not args.render_only:
+        for subject in args.subjects:
+            work = args.work / f"{subject}.jsonl"
+            if args.fresh:
+                work.unlink(missing_ok=True)
+            elif args.retry:
+                kept = [line for line in recorded(work).values() if line["status"] not in args.retry]
+                work.write_text("".join(json.dumps(line) + "\n" for line in kept))
+        if "generated" in args.subjects:
+            generate_all(package)
+        for subject in args.subjects:
+            sweep_subject(subject, model_types, args.work, package, args.jobs, args.timeout)
+    records = {subject: recorded(args.work / f"{subject}.jsonl") for subject in SUBJECTS}
+    data = table(records, model_types)
+    model_seconds = {s: sum(r.get("seconds", 0.0) for r in records[s].values()) for s in SUBJECTS}
+    (args.out / "COVERAGE.json").write_text(json.dumps(data, indent=1) + "\n")
+    (args.out / "COVERAGE.md").write_text(markdown(data, model_seconds))
+    print(", ".join(f"{s}: {data['ok'][s]} of {data['total']}" for s in SUBJECTS), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
