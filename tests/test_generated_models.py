@@ -17,18 +17,42 @@ ROOT = Path(__file__).parents[1]
 MODELS = generated_modules(ROOT / "generated")
 
 
+# The programs each committed model is verified with: decoder LMs decode and prefill; encoder-decoders decode (encoder
+# outputs and an EncoderDecoderCache) and a full forward; encoders, vision and audio models one forward.
+PROGRAMS = {"t5": {"decode", "forward"}, "bert": {"forward"}, "vit": {"forward"}, "wav2vec2": {"forward"}}
+DECODERS = {"llama", "mistral", "qwen2", "qwen3", "phi3", "gpt2", "mixtral", "olmo2", "granite", "qwen2_moe"}
+
+
 def test_the_committed_models_are_the_promised_ones():
-    expected = {"llama", "mistral", "qwen2", "qwen3", "phi3", "gpt2", "mixtral", "olmo2", "granite", "qwen2_moe"}
-    assert expected <= set(MODELS)
+    # decoders, an encoder, an encoder-decoder, a vision and an audio model: CI's subset of every task
+    assert DECODERS | set(PROGRAMS) <= set(MODELS)
+
+
+# Committed models that do not verify yet: model -> (failure kind, why). The test fails when the failure changes,
+# and when the model starts verifying (then remove it from here).
+KNOWN_FAILURES = {
+    "mistral": (
+        "guard-rejected",
+        "the sliding-window cache keeps min(length, window - 1) tokens: a program traced inside the window guards "
+        "against lengths past it (issue 4)",
+    ),
+}
 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_generated_model_verifies(model: str):
     result = verify_model(model, package="generated")
+    if model in KNOWN_FAILURES:
+        kind, why = KNOWN_FAILURES[model]
+        assert not result.ok, f"{model} verifies now: remove it from KNOWN_FAILURES"
+        assert result.failure == kind, result.summary
+        pytest.xfail(why)
     assert result.ok, result.summary
     assert result.eager_identical
-    assert {record.program for record in result.cases} == {"decode", "prefill"}
-    assert any(record.batch == 1 and record.new_tokens == 1 for record in result.cases)
+    assert {record.program for record in result.cases} == PROGRAMS.get(model, {"decode", "prefill"})
+    assert any(record.batch == 1 for record in result.cases)
+    if "decode" in PROGRAMS.get(model, {"decode"}):
+        assert any(r.program == "decode" and r.new_tokens == 1 and r.past for r in result.cases)
 
 
 def test_checkpoint_of_the_original_loads_into_the_generated_class(tmp_path):
