@@ -10,6 +10,8 @@ from __future__ import annotations
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
+from .base import LINE_LENGTH
+
 
 def _imported_names(node: cst.ImportFrom) -> list[str]:
     return [] if isinstance(node.names, cst.ImportStar) else [alias.evaluated_name for alias in node.names]
@@ -43,6 +45,17 @@ def _with_alias(node: cst.ImportFrom, name: str) -> cst.ImportFrom:
     return node.with_changes(names=names)
 
 
+def _fitted(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+    """A one-line import that grew past the line length, parenthesized one name a line as ruff lays it out."""
+    code = cst.Module(body=[statement.with_changes(leading_lines=[])]).code
+    if max(len(line) for line in code.splitlines()) <= LINE_LENGTH:
+        return statement
+    import black  # rarely needed: importing black costs a tenth of a second
+
+    laid_out = cst.parse_statement(black.format_str(code, mode=black.Mode(line_length=LINE_LENGTH)))
+    return laid_out.with_changes(leading_lines=statement.leading_lines)
+
+
 def add_from_import(module: cst.Module, dotted: str, level: int, name: str) -> cst.Module:
     """Ensures `from <level dots><dotted> import name`: merged into an existing import of that module, else a new
     statement sorted among the imports of the same kind."""
@@ -53,7 +66,7 @@ def add_from_import(module: cst.Module, dotted: str, level: int, name: str) -> c
         if isinstance(node, cst.ImportFrom) and _from_key(node) == key and not isinstance(node.names, cst.ImportStar):
             if name in _imported_names(node):
                 return module
-            body[index] = body[index].with_changes(body=[_with_alias(node, name)])
+            body[index] = _fitted(body[index].with_changes(body=[_with_alias(node, name)]))
             return module.with_changes(body=body)
     statement = cst.parse_statement(f"from {'.' * level}{dotted} import {name}")
     same_kind = [(i, n) for i, n in imports if isinstance(n, cst.ImportFrom) and (len(n.relative) > 0) == (level > 0)]

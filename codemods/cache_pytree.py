@@ -26,7 +26,7 @@ import re
 import libcst as cst
 import libcst.matchers as m
 from ._imports import add_from_import, add_plain_import
-from .base import Codemod, top_level_lines
+from .base import LINE_LENGTH, Codemod, top_level_lines
 
 REGISTER = "register_cache_pytree_node"
 # The classes that define transformers' cache API, by the names `cache_utils` gives them.
@@ -281,6 +281,15 @@ def _arguments(cls: cst.ClassDef | None, counters: dict) -> str:
     return ", ".join(parts)
 
 
+def _fitted(statement: str) -> str:
+    """A top-level statement laid out as black (and ruff) would at transformers' line length."""
+    if len(statement) <= LINE_LENGTH:
+        return statement
+    import black  # rarely needed: importing black costs a tenth of a second
+
+    return black.format_str(statement, mode=black.Mode(line_length=LINE_LENGTH))
+
+
 class CachePytreeRegistration(Codemod):
     NAME = "cache-pytree"
     DESCRIPTION = "Registers Cache classes and cache layers as pytree nodes, so torch.export takes and returns them."
@@ -355,7 +364,7 @@ class CachePytreeRegistration(Codemod):
             body.append(first.with_changes(leading_lines=[*machinery.header, *first.leading_lines]))
             body.extend(machinery.body[1:])
         counters = _counters([stmt for stmt in tree.body if isinstance(stmt, cst.ClassDef)])
-        calls = [cst.parse_statement(f"{REGISTER}({_arguments(cls, counters)})") for cls in todo]
+        calls = [cst.parse_statement(_fitted(f"{REGISTER}({_arguments(cls, counters)})")) for cls in todo]
         calls[0] = calls[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
         body.extend(calls)
         tree = tree.with_changes(body=body)

@@ -208,3 +208,16 @@ def test_cond_branches_emits_transformers_style():
     for path in sorted((FIXTURES / "cond_branches").glob("*.out.py")):
         text = path.read_text()
         assert black.format_str(text, mode=black.Mode(line_length=119)) == text, path.name
+
+
+def test_an_import_that_grows_past_the_line_length_is_parenthesized_one_name_a_line():
+    from codemods._imports import add_from_import
+
+    names = ", ".join(f"SomeLongClassName{index}" for index in range(4))
+    module = cst.parse_module(f"from ...cache_utils import {names}\n\nx = 1\n")
+    assert len(module.code.splitlines()[0]) < 119
+    code = add_from_import(module, "cache_utils", 3, "register_cache_pytree_node").code
+    expected = "".join(f"    SomeLongClassName{index},\n" for index in range(4))
+    assert code.startswith(f"from ...cache_utils import (\n{expected}    register_cache_pytree_node,\n)\n\nx = 1")
+    short = add_from_import(cst.parse_module("from ...cache_utils import Cache\n"), "cache_utils", 3, "Dynamic")
+    assert short.code == "from ...cache_utils import Cache, Dynamic\n"
