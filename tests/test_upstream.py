@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import difflib
 import json
 import os
 import shutil
@@ -154,3 +156,62 @@ def test_patches_are_byte_stable_across_processes(tmp_path):
         )
         outputs.append({p.name: p.read_bytes() for p in sorted(out.iterdir())})
     assert outputs[0] == outputs[1] and "series" in outputs[0]
+
+
+RUFF = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
+# The rule families transformers' CI lints with; what matters is that a patch adds no finding, not the exact set.
+RUFF_RULES = "E,F,I,W,C4,SIM,UP"
+
+
+def _ruff(args: list[str], text: str, path: str) -> str:
+    result = subprocess.run(
+        [RUFF, *args, "--line-length", "119", "--stdin-filename", path, "-"],
+        input=text,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode in (0, 1), result.stderr
+    return result.stdout
+
+
+def _opcodes(before: str, after: str) -> list:
+    matcher = difflib.SequenceMatcher(None, before.splitlines(), after.splitlines(), autojunk=False)
+    return [opcode for opcode in matcher.get_opcodes() if opcode[0] != "equal"]
+
+
+def _added_lines(original: str, rewritten: str) -> set[int]:
+    """0-based numbers of the lines of `rewritten` that are not in `original`."""
+    return {line for _, _, _, j1, j2 in _opcodes(original, rewritten) for line in range(j1, j2)}
+
+
+def _reformatted_lines(text: str, formatted: str) -> set[int]:
+    """0-based numbers of the lines of `text` that formatting changes (or inserts lines next to)."""
+    return {line for _, i1, i2, _, _ in _opcodes(text, formatted) for line in range(max(i1 - 1, 0), max(i2, i1 + 1))}
+
+
+def _lint(text: str, path: str) -> collections.Counter:
+    """ruff's findings, without line numbers, so that the original's and the patched file's compare."""
+    output = _ruff(["check", "--select", RUFF_RULES, "--ignore", "E501", "--output-format", "json"], text, path)
+    return collections.Counter((item["code"], item["message"]) for item in json.loads(output or "[]"))
+
+
+@pytest.mark.skipif(RUFF is None, reason="ruff is part of the test extra")
+def test_patched_code_is_formatted_and_linted_as_transformers_wants(series):
+    """New lines are laid out as `ruff format` (line length 119, as transformers) lays them out, and a patch adds no
+    lint finding. Some transformers files are not ruff-stable themselves, so only the patch's own lines count."""
+    rendered, _ = series
+    changed = [change for change in rendered.changes if change.changed]
+    assert changed
+    problems = []
+    for change in changed:
+        path = f"src/transformers/{change.relpath}"
+        formatted = _ruff(["format"], change.rewritten, path)
+        unformatted = sorted(
+            _reformatted_lines(change.rewritten, formatted) & _added_lines(change.original, change.rewritten)
+        )
+        if unformatted:
+            problems.append(f"{path}: ruff format changes added lines {[line + 1 for line in unformatted[:5]]}")
+        added = _lint(change.rewritten, path) - _lint(change.original, path)
+        if added:
+            problems.append(f"{path}: new lint findings {sorted(added)[:3]}")
+    assert not problems, "\n".join(problems)
