@@ -244,7 +244,9 @@ def programs_for(original: torch.nn.Module) -> list[Program]:
     """Decode and prefill for a causal LM that takes a cache; decode (encoder outputs and an EncoderDecoderCache) and
     forward for an encoder-decoder LM; else one "forward" program over FORWARD_SHAPES."""
     parameters = forward_parameters(original)
-    is_lm = cache_keyword(original) is not None and getattr(original, "get_output_embeddings", lambda: None)() is not None
+    is_lm = (
+        cache_keyword(original) is not None and getattr(original, "get_output_embeddings", lambda: None)() is not None
+    )
     layout = audio_layout(original)
     forward = Program(
         "forward",
