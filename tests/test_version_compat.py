@@ -13,6 +13,9 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.metadata
+import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -155,6 +158,21 @@ def test_generated_package_names_the_installed_version_and_is_up_to_date(compat_
     assert 'register_cache_pytree_node(DynamicSlidingWindowLayer, counters=("cumulative_length",))' in shared
     result = CliRunner().invoke(app, ["check", str(compat_package)])
     assert result.exit_code == 0, result.output
+
+
+@needs_4x
+def test_upstream_patches_apply_to_the_installed_transformers_tree(compat_package, tmp_path):
+    patches = [path for path in sorted(compat_package.glob("*/upstream.patch")) if path.read_text()]
+    assert compat_package / "_shared" / "upstream.patch" in patches  # cache_utils.py gets the registrations
+    for patch in patches:
+        for relpath in re.findall(r"^diff --git a/src/transformers/(\S+)", patch.read_text(), re.MULTILINE):
+            target = tmp_path / "src" / "transformers" / relpath
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(TF.root / relpath, target)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    for patch in patches:
+        result = subprocess.run(["git", "apply", str(patch)], cwd=tmp_path, capture_output=True, text=True)
+        assert result.returncode == 0, f"{patch}: {result.stderr}"
 
 
 def known(model: str):
