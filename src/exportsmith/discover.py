@@ -21,6 +21,14 @@ SHARED_MODULES = (
     "integrations/sdpa_attention.py",
 )
 
+# transformers 4.x ships TensorFlow and Flax ports beside the PyTorch modeling files; torch.export never sees them.
+NON_TORCH_PREFIXES = ("modeling_tf_", "modeling_flax_")
+
+
+def torch_modeling_files(folder: Path) -> tuple[Path, ...]:
+    """The PyTorch `modeling_*.py` files of a model folder, sorted."""
+    return tuple(path for path in sorted(folder.glob("modeling_*.py")) if not path.name.startswith(NON_TORCH_PREFIXES))
+
 
 class DiscoveryError(Exception):
     """A problem the user can fix (transformers missing, unknown model): its message is one line."""
@@ -70,7 +78,7 @@ class Transformers:
         result = {}
         for module in sorted(types):
             folder = self.root / "models" / module
-            modeling = tuple(sorted(folder.glob("modeling_*.py")))
+            modeling = torch_modeling_files(folder)
             if modeling:
                 result[module] = ModelFiles(
                     module, tuple(types[module]), modeling, tuple(sorted(folder.glob("modular_*.py")))

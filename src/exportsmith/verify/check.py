@@ -9,12 +9,12 @@ tiny config, seeded, and checks one *subject* (a column of the coverage table):
 - "dynamo-exporter": transformers' own class through `transformers.exporters.DynamoExporter` (its runtime patches),
   with `DynamoConfig(dynamic=True)`, the configuration its documentation shows.
 
-Programs: a causal LM whose forward takes a `cache` gets two, decode (a cache built by the original on a seeded
-prefix) and prefill (no cache), at the cases of `inputs.py`; an encoder-decoder LM gets decode (encoder outputs and
-an `EncoderDecoderCache` built by the original) and forward; every other model gets one, "forward", at the
-`FORWARD_SHAPES` of dummy inputs (`tasks.dummy_inputs`). The first case of a program is its export example (sizes
->= 2); a dim whose size differs between the program's cases is exported dynamic (`Dim.DYNAMIC`: code that specialises
-it is an export error), every other dim static.
+Programs: a causal LM whose forward takes a cache (`cache`, or `past_key_values` in transformers 4.x) gets two, decode
+(a cache built by the original on a seeded prefix) and prefill (no cache), at the cases of `inputs.py`; an
+encoder-decoder LM gets decode (encoder outputs and an `EncoderDecoderCache` built by the original) and forward;
+every other model gets one, "forward", at the `FORWARD_SHAPES` of dummy inputs (`tasks.dummy_inputs`). The first
+case of a program is its export example (sizes >= 2); a dim whose size differs between the program's cases is exported
+dynamic (`Dim.DYNAMIC`: code that specialises it is an export error), every other dim static.
 
 Stages, and the failure kind each reports (the first failing stage ends the check; nothing raises):
 refused (the tiny model would exceed the memory budget); build; eager (the original cannot run its own inputs); eager-mismatch (the generated copy is not bit-identical);
@@ -41,7 +41,7 @@ from transformers import DynamicCache
 from transformers.models.auto.configuration_auto import model_type_to_module_name
 
 from exportsmith.verify.errors import first_line, user_location
-from exportsmith.verify.inputs import DECODE_CASES, PREFILL_CASES, case_inputs
+from exportsmith.verify.inputs import DECODE_CASES, PREFILL_CASES, cache_keyword, case_inputs, output_cache
 from exportsmith.verify.shapes import dynamic_shapes_like
 from exportsmith.verify.tasks import AUDIO_LAYOUTS, EXAMPLE, InputShape, config_for, dummy_inputs, model_class
 from exportsmith.verify.tasks import forward_parameters, takes_audio, vocab
@@ -244,7 +244,9 @@ def programs_for(original: torch.nn.Module) -> list[Program]:
     """Decode and prefill for a causal LM that takes a cache; decode (encoder outputs and an EncoderDecoderCache) and
     forward for an encoder-decoder LM; else one "forward" program over FORWARD_SHAPES."""
     parameters = forward_parameters(original)
-    is_lm = "cache" in parameters and getattr(original, "get_output_embeddings", lambda: None)() is not None
+    is_lm = (
+        cache_keyword(original) is not None and getattr(original, "get_output_embeddings", lambda: None)() is not None
+    )
     layout = audio_layout(original)
     forward = Program(
         "forward",
@@ -299,7 +301,7 @@ def seq2seq_inputs(original: torch.nn.Module, layout: int, shape: InputShape, pa
         # (an OrderedDict subclass) cannot be unpickled that way
         "encoder_outputs": (prefix.encoder_last_hidden_state,),
         "decoder_input_ids": decoder_ids[:, past:],
-        "cache": prefix.cache,
+        cache_keyword(original): output_cache(prefix),
         "use_cache": True,
     }
     if "attention_mask" in full:
@@ -338,10 +340,10 @@ def check_eager_identity(original, generated, programs: list[Program], reference
     for program in programs:
         for case in program.cases:
             expected, actual = references[program.name, case.name], run(generated, case)
-            cache = getattr(expected, "cache", None)
-            if isinstance(cache, transformers.Cache) and type(getattr(actual, "cache", None)) is not type(cache):
+            cache, actual_cache = output_cache(expected), output_cache(actual)
+            if isinstance(cache, transformers.Cache) and type(actual_cache) is not type(cache):
                 # pytree registrations are keyed by exact class: the copy must return transformers' own cache
-                raise TypeError(f"{program.name} {case.name}: cache is {type(actual.cache).__qualname__}")
+                raise TypeError(f"{program.name} {case.name}: cache is {type(actual_cache).__qualname__}")
             expected_tensors, actual_tensors = output_tensors(expected), output_tensors(actual)
             if len(expected_tensors) != len(actual_tensors) or not all(
                 e.shape == a.shape and e.dtype == a.dtype and torch.equal(e, a)

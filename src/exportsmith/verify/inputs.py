@@ -2,14 +2,19 @@
 
 A `Case` is (name, batch, new_tokens, past). `case_inputs` builds the keyword arguments of a forward call for one
 case: `input_ids` of the new tokens, an all-ones `attention_mask` of length past + new_tokens, `use_cache=True`, and,
-when past > 0, a `cache` produced by running the ORIGINAL model on a seeded prefix (so every copy under test is fed
+when past > 0, a cache produced by running the ORIGINAL model on a seeded prefix (so every copy under test is fed
 the same, reference cache). A forward call grows the cache it is given in place: build fresh inputs for every call.
+
+The cache keyword and output field follow the installed transformers: `cache` in 5.x, `past_key_values` in 4.x.
+`cache_keyword(model)` reads the forward's signature and `output_cache(outputs)` reads whichever field the output
+has, so the same harness runs on both lines without a version switch.
 
 Export examples use sizes >= 2 everywhere, because export specialises sizes 0 and 1; the evaluation cases then
 cover batch 1, 1-token steps, short and long pasts, and total lengths on both sides of the tiny configs' sliding
 window (`tiny.SLIDING_WINDOW`: the examples fit in it, the long cases do not). Refuses nothing; it only builds tensors.
 """
 
+import inspect
 from typing import NamedTuple
 
 import torch
@@ -48,6 +53,25 @@ def case_seed(case: Case) -> int:
     return case.batch * 10_000 + case.new_tokens * 100 + case.past
 
 
+# Cache keywords of a forward, newest first: 5.x renamed `past_key_values` to `cache`.
+CACHE_KEYWORDS = ("cache", "past_key_values")
+
+
+def cache_keyword(model: torch.nn.Module) -> str | None:
+    """The forward's cache parameter (`cache` or `past_key_values`), or None when it takes no cache."""
+    parameters = inspect.signature(model.forward).parameters
+    return next((name for name in CACHE_KEYWORDS if name in parameters), None)
+
+
+def output_cache(outputs):
+    """The cache a forward returned: the first of the output's `cache`/`past_key_values` fields that is set."""
+    for name in CACHE_KEYWORDS:
+        value = getattr(outputs, name, None)
+        if value is not None:
+            return value
+    return None
+
+
 def case_inputs(reference_model: torch.nn.Module, vocab_size: int, case: Case) -> dict:
     """Forward kwargs for `case`; the cache of the past tokens (if any) comes from `reference_model`."""
     generator = torch.Generator().manual_seed(case_seed(case))
@@ -61,5 +85,5 @@ def case_inputs(reference_model: torch.nn.Module, vocab_size: int, case: Case) -
     if case.past:
         with torch.no_grad():
             prefix = reference_model(input_ids=prefix_ids, attention_mask=torch.ones_like(prefix_ids), use_cache=True)
-        inputs["cache"] = prefix.cache
+        inputs[cache_keyword(reference_model)] = output_cache(prefix)
     return inputs

@@ -43,9 +43,10 @@ ONNX_MAX_ABS_DIFF = 1e-4
 
 FAILURE_KINDS = ("build", "onnx-export-error", "ort-error", "mismatch")
 
-# How the top-level names of the forward's keywords and of its output read in the ONNX graph.
-INPUT_NAMES = {"cache": "past"}
-OUTPUT_NAMES = {"cache": "present"}
+# How the top-level names of the forward's keywords and of its output read in the ONNX graph (the cache is `cache`
+# in transformers 5.x, `past_key_values` in 4.x).
+INPUT_NAMES = {"cache": "past", "past_key_values": "past"}
+OUTPUT_NAMES = {"cache": "present", "past_key_values": "present"}
 
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # torch.onnx colours its error messages
 

@@ -27,6 +27,7 @@ from transformers import PreTrainedModel
 from transformers.models.auto import modeling_auto
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING, model_type_to_module_name
 
+from exportsmith.discover import torch_modeling_files
 from exportsmith.verify.tiny import SPECIAL_IDS
 
 
@@ -64,7 +65,8 @@ def task_mappings() -> list[tuple[str, dict]]:
     """PRIORITY_MAPPINGS, then every other auto mapping of modeling_auto in name order."""
     named = [name for _, name in PRIORITY_MAPPINGS]
     others = sorted(name for name in dir(modeling_auto) if name.startswith("MODEL_FOR_") and name.endswith("_NAMES"))
-    tasks = [(task, getattr(modeling_auto, name)) for task, name in PRIORITY_MAPPINGS]
+    # A mapping may not exist in the installed transformers (4.x has no multimodal-LM mapping): skip it
+    tasks = [(task, getattr(modeling_auto, name)) for task, name in PRIORITY_MAPPINGS if hasattr(modeling_auto, name)]
     for name in others:
         if name not in named:
             tasks.append(
@@ -101,7 +103,7 @@ def class_of_config(model_type: str) -> type:
     module = model_type_to_module_name(model_type)
     folder = Path(transformers.__file__).parent / "models" / module
     candidates = []
-    for path in sorted(folder.glob("modeling_*.py")):
+    for path in torch_modeling_files(folder):
         modeling = importlib.import_module(f"transformers.models.{module}.{path.stem}")
         for _, candidate in inspect.getmembers(modeling, inspect.isclass):
             if (

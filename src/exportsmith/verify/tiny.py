@@ -22,6 +22,7 @@ recursively, by the same rule; derived attributes are left for the config class 
 """
 
 import dataclasses
+import inspect
 import math
 import re
 
@@ -196,7 +197,18 @@ def tiny_config(model_type: str) -> PretrainedConfig:
 
 
 def init_fields(config_class: type) -> set[str]:
-    return {field.name for field in dataclasses.fields(config_class) if field.init}
+    """The fields a config class takes when built: its dataclass init fields (transformers 5.x), else (4.x configs
+    are plain classes) the named parameters of every `__init__` along its MRO, `PretrainedConfig`'s included."""
+    if dataclasses.is_dataclass(config_class):
+        return {field.name for field in dataclasses.fields(config_class) if field.init}
+    names = set()
+    for cls in config_class.__mro__:
+        if "__init__" in vars(cls) and cls is not object:
+            for parameter in inspect.signature(cls.__init__).parameters.values():
+                if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
+                    names.add(parameter.name)
+    names.discard("self")
+    return names
 
 
 def sub_config_class(config_class: type, name: str, values: dict) -> type:
