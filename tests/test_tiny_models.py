@@ -11,10 +11,11 @@ import time
 import pytest
 import torch
 from transformers import WhisperForConditionalGeneration
+from transformers.utils.import_utils import is_natten_available, requires_backends
 
-from exportsmith.verify import tiny
+from exportsmith.verify import isolate, tiny
 from exportsmith.verify.isolate import check_eager, recorded, run_isolated, sweep
-from exportsmith.verify.tasks import config_for, dummy_inputs, model_class
+from exportsmith.verify.tasks import config_for, containing_model_type, dummy_inputs, model_class
 from exportsmith.verify.tiny import NUM_LAYERS, TooLarge, build_tiny_model, tiny_config
 
 # One or more per modality: decoder, encoder-decoder, encoder, vision, speech, raw audio, image-text, mixture of
@@ -181,3 +182,22 @@ def test_a_torn_last_line_is_checked_again(tmp_path):
 def test_an_allocation_over_the_memory_cap_is_recorded_as_oom():
     record = run_isolated("allocates", check=scripted_check, memory_limit=6 * 2**30)
     assert record.status == "oom", record
+
+
+def test_a_part_without_a_class_is_run_inside_its_container():
+    assert containing_model_type("sam3_geometry_encoder") == "sam3"
+    assert containing_model_type("llama") is None
+    record = check_eager("sam3_geometry_encoder")
+    assert record["status"] == "ok" and record["reason"] == "built as part of sam3", record
+    assert record["model_class"] == "Sam3Model"
+
+
+def test_a_missing_optional_package_is_a_refusal_with_its_name(monkeypatch):
+    def needs_natten(model_class, config):
+        requires_backends(model_class, ["natten"])
+
+    if is_natten_available():
+        pytest.skip("natten is installed")
+    monkeypatch.setattr(isolate, "build_tiny_model", needs_natten)
+    record = check_eager("llama")
+    assert record["status"] == "refused" and record["reason"] == "needs the optional package natten", record
