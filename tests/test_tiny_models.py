@@ -11,6 +11,7 @@ import time
 import pytest
 import torch
 from transformers import WhisperForConditionalGeneration
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.utils.import_utils import is_natten_available, requires_backends
 
 from exportsmith.verify import isolate, tiny
@@ -201,3 +202,17 @@ def test_a_missing_optional_package_is_a_refusal_with_its_name(monkeypatch):
     monkeypatch.setattr(isolate, "build_tiny_model", needs_natten)
     record = check_eager("llama")
     assert record["status"] == "refused" and record["reason"] == "needs the optional package natten", record
+
+
+@pytest.mark.parametrize("model_type", ["depth_anything", "rt_detr"])
+def test_a_backbone_returns_as_many_stages_as_before(model_type):
+    default, config = CONFIG_MAPPING[model_type]().backbone_config, tiny_config(model_type).backbone_config
+    assert len(config.out_indices) == len(set(config.out_indices)) == len(default.out_indices) > NUM_LAYERS - 1
+    assert config.out_features == [config.stage_names[index] for index in config.out_indices]
+
+
+def test_a_layer_stack_backbone_keeps_one_layer_per_returned_layer():
+    config = tiny_config("depth_anything")
+    assert config.backbone_config.num_hidden_layers == len(config.neck_hidden_sizes) == 4
+    record = check_eager("depth_anything")
+    assert record["status"] == "ok", record["reason"]

@@ -217,6 +217,7 @@ def shrink_config_fields(config_class: type, values: dict, token_ids: "TokenIds"
     keeps the extra attributes its parent's defaults give it (the class alone would not set them)."""
     fields = init_fields(config_class)
     derived = set(values) if top_level else set(config_class().to_dict())
+    listed = values
     values = {name: value for name, value in values.items() if name in fields or name not in derived}
     old_layers = layer_count(values)
     width_scale = shared_width_scale(values)
@@ -232,6 +233,7 @@ def shrink_config_fields(config_class: type, values: dict, token_ids: "TokenIds"
         else:
             shrunk[name] = shrink_value(name, value, old_layers, width_scale)
     derived_sizes(config_class, values, shrunk)
+    backbone_outputs(listed, shrunk)
     return shrunk
 
 
@@ -285,20 +287,45 @@ def insert_mrope_section(shrunk: dict) -> None:
     rope["mrope_section"] = split_proportionally([2, 3, 3], max(3, round(HEAD_DIM * factor / 2)))
 
 
+LAYER_COUNT_NAMES = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "decoder_layers", "encoder_layers", "depth")
+
+
+def layer_count_name(values: dict) -> str | None:
+    """The first main layer-count field of one config dict."""
+    for name in LAYER_COUNT_NAMES:
+        if isinstance(values.get(name), int) and not isinstance(values[name], bool):
+            return name
+    return None
+
+
 def layer_count(values: dict) -> int | None:
     """The default number of layers of one config dict (its first main layer-count field)."""
-    for name in (
-        "num_hidden_layers",
-        "num_layers",
-        "n_layer",
-        "n_layers",
-        "decoder_layers",
-        "encoder_layers",
-        "depth",
-    ):
-        if isinstance(values.get(name), int) and not isinstance(values[name], bool):
-            return values[name]
-    return None
+    name = layer_count_name(values)
+    return values[name] if name else None
+
+
+def backbone_outputs(values: dict, shrunk: dict) -> None:
+    """A backbone's `out_indices` (which stages it returns), kept as many as they were: a neck or a detector has one
+    input per returned stage. `to_dict` lists them but they are not init fields, so they are passed on explicitly
+    (`out_features` and `stage_names` are derived from them). A stack of layers (`stage_names` one per layer + the
+    stem) that returns more distinct layers than NUM_LAYERS keeps that many layers, returning them in order;
+    per-stage backbones keep their stages, hence their indices."""
+    old = values.get("out_indices")
+    if not is_int_list(old):
+        return
+    shrunk.pop("out_features", None)
+    shrunk.pop("stage_names", None)
+    count_name, stage_names = layer_count_name(values), values.get("stage_names")
+    if count_name is None or not isinstance(stage_names, list) or len(stage_names) != values[count_name] + 1:
+        shrunk["out_indices"] = list(old)
+        return
+    distinct = sorted(set(old))
+    if len(distinct) <= NUM_LAYERS:
+        shrunk["out_indices"] = shrink_list_items("out_indices", old, values[count_name], 1.0)
+        return
+    shrunk[count_name] = len(distinct)
+    first = 1 if distinct[0] > 0 else 0  # 0 is the stem (embeddings); it stays where it is asked for
+    shrunk["out_indices"] = [distinct.index(index) + first for index in old]
 
 
 def old_head_dim(values: dict) -> int | None:
