@@ -216,3 +216,10 @@ def test_a_layer_stack_backbone_keeps_one_layer_per_returned_layer():
     assert config.backbone_config.num_hidden_layers == len(config.neck_hidden_sizes) == 4
     record = check_eager("depth_anything")
     assert record["status"] == "ok", record["reason"]
+
+
+def test_detector_queries_fit_in_the_tiny_image_tokens():
+    # a 32 x 32 image at strides 8, 16, 32 gives 16 + 4 + 1 tokens to pick the queries from by top-k
+    assert tiny_config("rt_detr").num_queries <= 16
+    record = check_eager("rt_detr")
+    assert record["status"] == "ok", record["reason"]

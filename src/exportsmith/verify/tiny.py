@@ -106,6 +106,8 @@ SIZE_RULES: tuple[tuple[str, int], ...] = (
     (r"(\w+_)?dt_rank|time_step_rank", 8),
     # group norms divide the smallest per-stage width (8)
     (r"num_groups", 4),
+    # detector queries picked by top-k among the image tokens: fewer than a 32 x 32 image's smallest feature maps give
+    (r"num_queries", 16),
     # image tokens pooled from the patch grid: a square that divides the (IMAGE_SIZE / PATCH_SIZE)^2 grid
     (r"mm_tokens_per_image", 16),
 )
