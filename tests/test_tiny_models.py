@@ -223,3 +223,11 @@ def test_detector_queries_fit_in_the_tiny_image_tokens():
     assert tiny_config("rt_detr").num_queries <= 16
     record = check_eager("rt_detr")
     assert record["status"] == "ok", record["reason"]
+
+
+@pytest.mark.parametrize("model_type", ["t5gemma2_text", "dbrx"])
+def test_overrides_supply_what_the_defaults_lack(model_type):
+    # the default config of each does not build (an attribute its modeling code reads is missing)
+    assert tiny.MODEL_OVERRIDES[model_type]
+    record = check_eager(model_type)
+    assert record["status"] == "ok", record["reason"]

@@ -159,6 +159,14 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     # The defaults lack attributes the modeling code reads (the default model does not build either).
     "moonshine_streaming": {"num_key_value_heads": NUM_KV_HEADS},
     "qwen3_omni_moe": {"talker_config.text_config.shared_expert_intermediate_size": 2 * HIDDEN_SIZE},
+    # Attributes that the composite config sets on its parts, read by the part's modeling code when it is built alone.
+    "t5gemma2_text": {"dropout_rate": 0.0},
+    "t5gemma2_decoder": {"dropout_rate": 0.0},
+    "t5gemma2_encoder": {"text_config.dropout_rate": 0.0},
+    "pix2struct_text_model": {"initializer_range": 0.02},
+    # Its rotary embedding reads attn_config.rope_theta, which the attention config does not define, and its
+    # attention clamps to clip_qkv unconditionally (8, as the released checkpoints).
+    "dbrx": {"attn_config.rope_theta": 10000.0, "attn_config.clip_qkv": 8.0},
     # Its attention views queries with num_key_value_heads: kv heads must equal heads.
     "moonshine": {"encoder_num_key_value_heads": NUM_HEADS, "decoder_num_key_value_heads": NUM_HEADS},
     # Its validator refuses grouped-query attention.
