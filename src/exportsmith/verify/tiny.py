@@ -149,6 +149,14 @@ TOKEN_ID = re.compile(
 )
 FIRST_TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id")  # -> 0, 1, 2 when distinct
 
+EFFICIENTNET_B0 = {
+    "width_coefficient": 1.0,
+    "depth_coefficient": 1.0,
+    "in_channels": [32, 16, 24, 40, 80, 112, 192],
+    "out_channels": [16, 24, 40, 80, 112, 192, 320],
+    "hidden_dim": 1280,
+}
+
 # Per model type, only where the generic rule cannot work: a path of init fields ("text_config.hidden_size") ->
 # value, applied after it.
 MODEL_OVERRIDES: dict[str, dict[str, object]] = {
@@ -179,12 +187,13 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "donut-swin": {"image_size": 2 * IMAGE_SIZE, "window_size": 2},
     # The stem (32) and head (1280) widths are constants of the modeling code, scaled only by width_coefficient:
     # keep the B0 stage widths, and B0's coefficients instead of the default B7's.
-    "efficientnet": {
-        "width_coefficient": 1.0,
-        "depth_coefficient": 1.0,
-        "in_channels": [32, 16, 24, 40, 80, 112, 192],
-        "out_channels": [16, 24, 40, 80, 112, 192, 320],
-        "hidden_dim": 1280,
+    "efficientnet": EFFICIENTNET_B0,
+    # ALIGN's vision tower is an EfficientNet-B7: the same B0 widths and coefficients; the text projection matches
+    # the image embeddings (the last stage's width).
+    "align_vision_model": EFFICIENTNET_B0,
+    "align": {
+        **{f"vision_config.{name}": value for name, value in EFFICIENTNET_B0.items()},
+        "projection_dim": EFFICIENTNET_B0["out_channels"][-1],
     },
 }
 
