@@ -231,3 +231,11 @@ def test_overrides_supply_what_the_defaults_lack(model_type):
     assert tiny.MODEL_OVERRIDES[model_type]
     record = check_eager(model_type)
     assert record["status"] == "ok", record["reason"]
+
+
+def test_a_codec_keeps_its_upsampling_groups_and_quantizer_widths_consistent():
+    config = tiny_config("mimi")
+    assert config.upsample_groups == config.hidden_size == tiny.HIDDEN_SIZE
+    assert config.vector_quantization_hidden_dimension == config.codebook_dim
+    record = check_eager("mimi")
+    assert record["status"] == "ok", record["reason"]

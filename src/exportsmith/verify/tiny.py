@@ -79,9 +79,12 @@ SIZE_RULES: tuple[tuple[str, int], ...] = (
     (
         r"(\w+_)?(hidden_size|d_model|n_embd|embed_dim|hidden_dim|embedding_size|projection_dim|proj_dim|d_latents|"
         r"embedding_dim|model_dim|channels|output_hidden_size|word_embed_proj_dim|q_lora_rank|kv_lora_rank|"
-        r"codebook_dim|emb_dim|adapter_in_dim|adapter_out_dim|adapter_input_size|condition_dim)|dim",
+        r"codebook_dim|emb_dim|adapter_in_dim|adapter_out_dim|adapter_input_size|condition_dim|"
+        r"vector_quantization_hidden_dimension)|dim",
         HIDDEN_SIZE,
     ),
+    # depthwise (per-channel) upsampling of a codec's decoder: one group per channel of the width
+    (r"upsample_groups", HIDDEN_SIZE),
     # mixture of experts
     (r"num_local_experts|num_experts|n_routed_experts|moe_num_experts|num_routed_experts", 4),
     (r"num_experts_per_tok|num_experts_per_token|moe_topk|moe_k|moe_top_k|top_k", 2),
