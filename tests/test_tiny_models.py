@@ -239,3 +239,10 @@ def test_a_codec_keeps_its_upsampling_groups_and_quantizer_widths_consistent():
     assert config.vector_quantization_hidden_dimension == config.codebook_dim
     record = check_eager("mimi")
     assert record["status"] == "ok", record["reason"]
+
+
+def test_an_encoder_of_stacked_audio_features_gets_its_input_width():
+    _, cls = model_class("granite_speech_encoder")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("granite_speech_encoder")))
+    assert dummy_inputs(model)["hidden_states"].shape[-1] == model.config.input_dim != tiny.HIDDEN_SIZE
+    assert check_eager("granite_speech_encoder")["status"] == "ok"

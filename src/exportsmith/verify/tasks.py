@@ -191,8 +191,8 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
     )
     if main == "hidden_states" and "grid_thw" in parameters:  # a Qwen-style vision tower on its own
         inputs.update(patch_inputs(config, "hidden_states", "grid_thw", shape, generator))
-    elif main in ("hidden_states", "inputs_embeds"):  # a stack that takes embeddings
-        width = first_int(config, ("hidden_size", "d_model", "embed_dim"), 64)
+    elif main in ("hidden_states", "inputs_embeds"):  # a stack that takes embeddings (or stacked audio features)
+        width = first_int(config, ("input_dim", "hidden_size", "d_model", "embed_dim"), 64)
         inputs[main] = torch.randn((shape.batch, shape.text_length, width), generator=generator)
     elif main == "spectrogram":  # a vocoder
         bins = first_int(config, ("model_in_dim", "num_mel_bins"), 80)
@@ -439,8 +439,16 @@ def text_inputs(
 
 
 def feature_owner(model: torch.nn.Module, method: str) -> torch.nn.Module | None:
-    """The model, or its first submodule (a masked LM's inner model), that has `method`."""
-    return next((module for module in model.modules() if hasattr(module, method)), None)
+    """The model, or its first submodule (a masked LM's inner model), that has `method` with named parameters (a
+    wrapper's `(*args, **kwargs)` that forwards to its inner model does not say which inputs it takes)."""
+    owners = [module for module in model.modules() if hasattr(module, method)]
+    named = [module for module in owners if not only_variadic(getattr(module, method))]
+    return (named or owners or [None])[0]
+
+
+def only_variadic(function) -> bool:
+    parameters = inspect.signature(function).parameters.values()
+    return all(parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD) for parameter in parameters)
 
 
 def placeholder_block(model, config, modality: Modality, placeholder: int, media: dict, batch: int) -> torch.Tensor:
