@@ -11,10 +11,12 @@ import time
 import pytest
 import torch
 from transformers import WhisperForConditionalGeneration
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+from transformers.utils.import_utils import is_natten_available, requires_backends
 
-from exportsmith.verify import tiny
+from exportsmith.verify import isolate, tiny
 from exportsmith.verify.isolate import check_eager, recorded, run_isolated, sweep
-from exportsmith.verify.tasks import config_for, dummy_inputs, model_class
+from exportsmith.verify.tasks import config_for, containing_model_type, dummy_inputs, model_class
 from exportsmith.verify.tiny import NUM_LAYERS, TooLarge, build_tiny_model, tiny_config
 
 # One or more per modality: decoder, encoder-decoder, encoder, vision, speech, raw audio, image-text, mixture of
@@ -181,3 +183,66 @@ def test_a_torn_last_line_is_checked_again(tmp_path):
 def test_an_allocation_over_the_memory_cap_is_recorded_as_oom():
     record = run_isolated("allocates", check=scripted_check, memory_limit=6 * 2**30)
     assert record.status == "oom", record
+
+
+def test_a_part_without_a_class_is_run_inside_its_container():
+    assert containing_model_type("sam3_geometry_encoder") == "sam3"
+    assert containing_model_type("llama") is None
+    record = check_eager("sam3_geometry_encoder")
+    assert record["status"] == "ok" and record["reason"] == "built as part of sam3", record
+    assert record["model_class"] == "Sam3Model"
+
+
+def test_a_missing_optional_package_is_a_refusal_with_its_name(monkeypatch):
+    def needs_natten(model_class, config):
+        requires_backends(model_class, ["natten"])
+
+    if is_natten_available():
+        pytest.skip("natten is installed")
+    monkeypatch.setattr(isolate, "build_tiny_model", needs_natten)
+    record = check_eager("llama")
+    assert record["status"] == "refused" and record["reason"] == "needs the optional package natten", record
+
+
+@pytest.mark.parametrize("model_type", ["depth_anything", "rt_detr"])
+def test_a_backbone_returns_as_many_stages_as_before(model_type):
+    default, config = CONFIG_MAPPING[model_type]().backbone_config, tiny_config(model_type).backbone_config
+    assert len(config.out_indices) == len(set(config.out_indices)) == len(default.out_indices) > NUM_LAYERS - 1
+    assert config.out_features == [config.stage_names[index] for index in config.out_indices]
+
+
+def test_a_layer_stack_backbone_keeps_one_layer_per_returned_layer():
+    config = tiny_config("depth_anything")
+    assert config.backbone_config.num_hidden_layers == len(config.neck_hidden_sizes) == 4
+    record = check_eager("depth_anything")
+    assert record["status"] == "ok", record["reason"]
+
+
+def test_detector_queries_fit_in_the_tiny_image_tokens():
+    # a 32 x 32 image at strides 8, 16, 32 gives 16 + 4 + 1 tokens to pick the queries from by top-k
+    assert tiny_config("rt_detr").num_queries <= 16
+    record = check_eager("rt_detr")
+    assert record["status"] == "ok", record["reason"]
+
+
+@pytest.mark.parametrize("model_type", ["t5gemma2_text", "dbrx"])
+def test_overrides_supply_what_the_defaults_lack(model_type):
+    # the default config of each does not build (an attribute its modeling code reads is missing)
+    assert tiny.MODEL_OVERRIDES[model_type]
+    record = check_eager(model_type)
+    assert record["status"] == "ok", record["reason"]
+
+
+def test_a_codec_keeps_its_upsampling_groups_and_quantizer_widths_consistent():
+    config = tiny_config("mimi")
+    assert config.upsample_groups == config.hidden_size == tiny.HIDDEN_SIZE
+    assert config.vector_quantization_hidden_dimension == config.codebook_dim
+    record = check_eager("mimi")
+    assert record["status"] == "ok", record["reason"]
+
+
+def test_an_encoder_of_stacked_audio_features_gets_its_input_width():
+    _, cls = model_class("granite_speech_encoder")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("granite_speech_encoder")))
+    assert dummy_inputs(model)["hidden_states"].shape[-1] == model.config.input_dim != tiny.HIDDEN_SIZE
+    assert check_eager("granite_speech_encoder")["status"] == "ok"

@@ -16,6 +16,7 @@ Two checks: `check_eager` (build the tiny model and run one forward; `tools/swee
 import json
 import multiprocessing
 import multiprocessing.connection
+import re
 import resource
 import signal
 import sys
@@ -28,7 +29,14 @@ import torch
 
 from exportsmith.verify.check import FAILURE_KINDS, verify_model
 from exportsmith.verify.errors import first_line
-from exportsmith.verify.tasks import AUDIO_LAYOUTS, config_for, dummy_inputs, model_class, takes_audio
+from exportsmith.verify.tasks import (
+    AUDIO_LAYOUTS,
+    config_for,
+    containing_model_type,
+    dummy_inputs,
+    model_class,
+    takes_audio,
+)
 from exportsmith.verify.tiny import TooLarge, build_tiny_model, parameter_count, tiny_config
 
 EAGER_STATUSES = ("ok", "refused", "build-error", "eager-error")
@@ -64,8 +72,23 @@ def is_out_of_memory(error: BaseException) -> bool:
     return isinstance(error, MemoryError) or "can't allocate memory" in str(error)
 
 
+# transformers' message when a model needs an optional package that is not installed (timm, natten, detectron2...)
+MISSING_PACKAGE = re.compile(r"requires the (\w+) library but it was not found")
+
+
 def check_eager(model_type: str) -> dict:
-    """Build the tiny model of `model_type` (refused above the budget) and run one eager forward on dummy inputs."""
+    """Build the tiny model of `model_type` (refused above the budget, or when it needs a missing optional package)
+    and run one eager forward on dummy inputs. A part of a model without a class of its own (a mask decoder) is
+    built and run inside its container (`containing_model_type`), whose class the record names."""
+    try:
+        model_class(model_type)
+    except LookupError as error:
+        container = containing_model_type(model_type)
+        if container is None:
+            return {"params": None, "model_class": None, "status": "build-error", "reason": first_line(error)}
+        record = check_eager(container)
+        reason = f"built as part of {container}" + (f": {record['reason']}" if record["reason"] else "")
+        return {**record, "reason": reason}
     stage = "build-error"
     record = {"params": None, "model_class": None}
     try:
@@ -78,6 +101,9 @@ def check_eager(model_type: str) -> dict:
     except TooLarge as error:
         return {**record, "status": "refused", "reason": str(error)}
     except Exception as error:
+        missing = MISSING_PACKAGE.search(str(error)) if isinstance(error, ImportError) else None
+        if missing:
+            return {**record, "status": "refused", "reason": f"needs the optional package {missing.group(1)}"}
         return {**record, "status": "oom" if is_out_of_memory(error) else stage, "reason": first_line(error)}
     return {**record, "status": "ok", "reason": ""}
 

@@ -3,7 +3,8 @@
 `model_class(model_type)` takes the first auto mapping of `PRIORITY_MAPPINGS` (causal LM, seq2seq LM, masked LM,
 image-text-to-text, ..., base model), then of every other auto mapping by name, that has the model type; a type in
 no mapping (a sub-model such as `siglip_text_model`) gets the model class of its modeling files whose
-`config_class` is the type's config class. Refuses (LookupError) a type with neither. `config_for` picks the
+`config_class` is the type's config class. Refuses (LookupError) a type with neither; such a part of a model
+(a mask decoder's config) is found in its container by `containing_model_type`. `config_for` picks the
 sub-config a class is built from (a composite type's causal LM takes its text config).
 
 `dummy_inputs(model)` reads the forward's parameters and the config, processor-free, like transformers' own tests:
@@ -25,7 +26,7 @@ import torch
 import transformers
 from transformers import PreTrainedModel
 from transformers.models.auto import modeling_auto
-from transformers.models.auto.configuration_auto import CONFIG_MAPPING, model_type_to_module_name
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES, model_type_to_module_name
 
 from exportsmith.discover import torch_modeling_files
 from exportsmith.verify.tiny import SPECIAL_IDS
@@ -126,6 +127,22 @@ def class_of_config(model_type: str) -> type:
     )
 
 
+def containing_model_type(model_type: str) -> str | None:
+    """The model type whose config holds `model_type`'s config as a sub-config (SAM's mask decoder -> sam), for a
+    part of a model that has no model class of its own: it is built and run inside its container. None if no
+    other config holds it. Types whose name starts the part's name are tried first, longest first (loading every
+    config class takes seconds), then the others by name."""
+    config_class = CONFIG_MAPPING[model_type]
+    prefixes = sorted((name for name in CONFIG_MAPPING_NAMES if model_type.startswith(name)), key=len, reverse=True)
+    for container in prefixes + sorted(CONFIG_MAPPING_NAMES):
+        if container == model_type:
+            continue
+        sub_configs = getattr(CONFIG_MAPPING[container], "sub_configs", None) or {}
+        if any(sub is config_class for sub in sub_configs.values()):
+            return container
+    return None
+
+
 def config_for(model_class: type, config):
     """`config`, or its sub-config that `model_class` is built from (a composite type's causal LM takes the text
     config, as `AutoModelForCausalLM.from_config` does)."""
@@ -176,8 +193,8 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
     )
     if main == "hidden_states" and "grid_thw" in parameters:  # a Qwen-style vision tower on its own
         inputs.update(patch_inputs(config, "hidden_states", "grid_thw", shape, generator))
-    elif main in ("hidden_states", "inputs_embeds"):  # a stack that takes embeddings
-        width = first_int(config, ("hidden_size", "d_model", "embed_dim"), 64)
+    elif main in ("hidden_states", "inputs_embeds"):  # a stack that takes embeddings (or stacked audio features)
+        width = first_int(config, ("input_dim", "hidden_size", "d_model", "embed_dim"), 64)
         inputs[main] = torch.randn((shape.batch, shape.text_length, width), generator=generator)
     elif main == "spectrogram":  # a vocoder
         bins = first_int(config, ("model_in_dim", "num_mel_bins"), 80)
@@ -424,8 +441,16 @@ def text_inputs(
 
 
 def feature_owner(model: torch.nn.Module, method: str) -> torch.nn.Module | None:
-    """The model, or its first submodule (a masked LM's inner model), that has `method`."""
-    return next((module for module in model.modules() if hasattr(module, method)), None)
+    """The model, or its first submodule (a masked LM's inner model), that has `method` with named parameters (a
+    wrapper's `(*args, **kwargs)` that forwards to its inner model does not say which inputs it takes)."""
+    owners = [module for module in model.modules() if hasattr(module, method)]
+    named = [module for module in owners if not only_variadic(getattr(module, method))]
+    return (named or owners or [None])[0]
+
+
+def only_variadic(function) -> bool:
+    parameters = inspect.signature(function).parameters.values()
+    return all(parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD) for parameter in parameters)
 
 
 def placeholder_block(model, config, modality: Modality, placeholder: int, media: dict, batch: int) -> torch.Tensor:

@@ -80,9 +80,12 @@ SIZE_RULES: tuple[tuple[str, int], ...] = (
     (
         r"(\w+_)?(hidden_size|d_model|n_embd|embed_dim|hidden_dim|embedding_size|projection_dim|proj_dim|d_latents|"
         r"embedding_dim|model_dim|channels|output_hidden_size|word_embed_proj_dim|q_lora_rank|kv_lora_rank|"
-        r"codebook_dim|emb_dim|adapter_in_dim|adapter_out_dim|adapter_input_size|condition_dim)|dim",
+        r"codebook_dim|emb_dim|adapter_in_dim|adapter_out_dim|adapter_input_size|condition_dim|"
+        r"vector_quantization_hidden_dimension)|dim",
         HIDDEN_SIZE,
     ),
+    # depthwise (per-channel) upsampling of a codec's decoder: one group per channel of the width
+    (r"upsample_groups", HIDDEN_SIZE),
     # mixture of experts
     (r"num_local_experts|num_experts|n_routed_experts|moe_num_experts|num_routed_experts", 4),
     (r"num_experts_per_tok|num_experts_per_token|moe_topk|moe_k|moe_top_k|top_k", 2),
@@ -107,6 +110,8 @@ SIZE_RULES: tuple[tuple[str, int], ...] = (
     (r"(\w+_)?dt_rank|time_step_rank", 8),
     # group norms divide the smallest per-stage width (8)
     (r"num_groups", 4),
+    # detector queries picked by top-k among the image tokens: fewer than a 32 x 32 image's smallest feature maps give
+    (r"num_queries", 16),
     # image tokens pooled from the patch grid: a square that divides the (IMAGE_SIZE / PATCH_SIZE)^2 grid
     (r"mm_tokens_per_image", 16),
 )
@@ -148,6 +153,14 @@ TOKEN_ID = re.compile(
 )
 FIRST_TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id")  # -> 0, 1, 2 when distinct
 
+EFFICIENTNET_B0 = {
+    "width_coefficient": 1.0,
+    "depth_coefficient": 1.0,
+    "in_channels": [32, 16, 24, 40, 80, 112, 192],
+    "out_channels": [16, 24, 40, 80, 112, 192, 320],
+    "hidden_dim": 1280,
+}
+
 # Per model type, only where the generic rule cannot work: a path of init fields ("text_config.hidden_size") ->
 # value, applied after it.
 MODEL_OVERRIDES: dict[str, dict[str, object]] = {
@@ -158,6 +171,14 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     # The defaults lack attributes the modeling code reads (the default model does not build either).
     "moonshine_streaming": {"num_key_value_heads": NUM_KV_HEADS},
     "qwen3_omni_moe": {"talker_config.text_config.shared_expert_intermediate_size": 2 * HIDDEN_SIZE},
+    # Attributes that the composite config sets on its parts, read by the part's modeling code when it is built alone.
+    "t5gemma2_text": {"dropout_rate": 0.0},
+    "t5gemma2_decoder": {"dropout_rate": 0.0},
+    "t5gemma2_encoder": {"text_config.dropout_rate": 0.0},
+    "pix2struct_text_model": {"initializer_range": 0.02},
+    # Its rotary embedding reads attn_config.rope_theta, which the attention config does not define, and its
+    # attention clamps to clip_qkv unconditionally (8, as the released checkpoints).
+    "dbrx": {"attn_config.rope_theta": 10000.0, "attn_config.clip_qkv": 8.0},
     # Its attention views queries with num_key_value_heads: kv heads must equal heads.
     "moonshine": {"encoder_num_key_value_heads": NUM_HEADS, "decoder_num_key_value_heads": NUM_HEADS},
     # Its validator refuses grouped-query attention.
@@ -170,12 +191,13 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "donut-swin": {"image_size": 2 * IMAGE_SIZE, "window_size": 2},
     # The stem (32) and head (1280) widths are constants of the modeling code, scaled only by width_coefficient:
     # keep the B0 stage widths, and B0's coefficients instead of the default B7's.
-    "efficientnet": {
-        "width_coefficient": 1.0,
-        "depth_coefficient": 1.0,
-        "in_channels": [32, 16, 24, 40, 80, 112, 192],
-        "out_channels": [16, 24, 40, 80, 112, 192, 320],
-        "hidden_dim": 1280,
+    "efficientnet": EFFICIENTNET_B0,
+    # ALIGN's vision tower is an EfficientNet-B7: the same B0 widths and coefficients; the text projection matches
+    # the image embeddings (the last stage's width).
+    "align_vision_model": EFFICIENTNET_B0,
+    "align": {
+        **{f"vision_config.{name}": value for name, value in EFFICIENTNET_B0.items()},
+        "projection_dim": EFFICIENTNET_B0["out_channels"][-1],
     },
 }
 
@@ -229,6 +251,7 @@ def shrink_config_fields(config_class: type, values: dict, token_ids: "TokenIds"
     keeps the extra attributes its parent's defaults give it (the class alone would not set them)."""
     fields = init_fields(config_class)
     derived = set(values) if top_level else set(config_class().to_dict())
+    listed = values
     values = {name: value for name, value in values.items() if name in fields or name not in derived}
     old_layers = layer_count(values)
     width_scale = shared_width_scale(values)
@@ -244,6 +267,7 @@ def shrink_config_fields(config_class: type, values: dict, token_ids: "TokenIds"
         else:
             shrunk[name] = shrink_value(name, value, old_layers, width_scale)
     derived_sizes(config_class, values, shrunk)
+    backbone_outputs(listed, shrunk)
     return shrunk
 
 
@@ -297,20 +321,45 @@ def insert_mrope_section(shrunk: dict) -> None:
     rope["mrope_section"] = split_proportionally([2, 3, 3], max(3, round(HEAD_DIM * factor / 2)))
 
 
+LAYER_COUNT_NAMES = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "decoder_layers", "encoder_layers", "depth")
+
+
+def layer_count_name(values: dict) -> str | None:
+    """The first main layer-count field of one config dict."""
+    for name in LAYER_COUNT_NAMES:
+        if isinstance(values.get(name), int) and not isinstance(values[name], bool):
+            return name
+    return None
+
+
 def layer_count(values: dict) -> int | None:
     """The default number of layers of one config dict (its first main layer-count field)."""
-    for name in (
-        "num_hidden_layers",
-        "num_layers",
-        "n_layer",
-        "n_layers",
-        "decoder_layers",
-        "encoder_layers",
-        "depth",
-    ):
-        if isinstance(values.get(name), int) and not isinstance(values[name], bool):
-            return values[name]
-    return None
+    name = layer_count_name(values)
+    return values[name] if name else None
+
+
+def backbone_outputs(values: dict, shrunk: dict) -> None:
+    """A backbone's `out_indices` (which stages it returns), kept as many as they were: a neck or a detector has one
+    input per returned stage. `to_dict` lists them but they are not init fields, so they are passed on explicitly
+    (`out_features` and `stage_names` are derived from them). A stack of layers (`stage_names` one per layer + the
+    stem) that returns more distinct layers than NUM_LAYERS keeps that many layers, returning them in order;
+    per-stage backbones keep their stages, hence their indices."""
+    old = values.get("out_indices")
+    if not is_int_list(old):
+        return
+    shrunk.pop("out_features", None)
+    shrunk.pop("stage_names", None)
+    count_name, stage_names = layer_count_name(values), values.get("stage_names")
+    if count_name is None or not isinstance(stage_names, list) or len(stage_names) != values[count_name] + 1:
+        shrunk["out_indices"] = list(old)
+        return
+    distinct = sorted(set(old))
+    if len(distinct) <= NUM_LAYERS:
+        shrunk["out_indices"] = shrink_list_items("out_indices", old, values[count_name], 1.0)
+        return
+    shrunk[count_name] = len(distinct)
+    first = 1 if distinct[0] > 0 else 0  # 0 is the stem (embeddings); it stays where it is asked for
+    shrunk["out_indices"] = [distinct.index(index) + first for index in old]
 
 
 def old_head_dim(values: dict) -> int | None:
