@@ -85,6 +85,11 @@ _SIDE_EFFECT_OBJECTS = frozenset({"logger", "logging", "warnings"})
 _NOT_TENSOR_MODULES = frozenset({"np", "numpy", "math", "builtins"})
 
 
+# Reductions of a whole tensor to one element: comparing one gives a one-element bool tensor
+_VALUE_REDUCTIONS = frozenset({"sum", "max", "min", "mean", "prod", "amax", "amin", "count_nonzero"})
+_ORDER_OPERATORS = (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
+
+
 class _Refusal(Exception):
     """Why a candidate `if` is left as it is; caught per site and reported."""
 
@@ -113,8 +118,34 @@ def _is_torch_function(func: cst.BaseExpression, names: frozenset[str]) -> bool:
     return isinstance(func, cst.Attribute) and _dotted(func.value) == "torch" and func.attr.value in names
 
 
+def _value_reduction(node: cst.BaseExpression) -> str | None:
+    """The name of a whole-tensor reduction to one element, `X.sum()` or `torch.max(X)` (no other arguments)."""
+    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+        return None
+    attr = node.func.attr.value
+    if attr not in _VALUE_REDUCTIONS or _dotted(node.func.value) in _NOT_TENSOR_MODULES:
+        return None
+    if _is_torch_function(node.func, _VALUE_REDUCTIONS):
+        one = len(node.args) == 1 and node.args[0].keyword is None and not node.args[0].star
+        return attr if one else None
+    return attr if not node.args else None
+
+
+def _reduction_comparison(node: cst.BaseExpression) -> str | None:
+    """`A op B` (one operator) where a side is a whole-tensor reduction: a one-element bool tensor."""
+    if not isinstance(node, cst.Comparison) or len(node.comparisons) != 1:
+        return None
+    if not isinstance(node.comparisons[0].operator, _ORDER_OPERATORS):
+        return None
+    return _value_reduction(node.left) or _value_reduction(node.comparisons[0].comparator)
+
+
 def _data_dependent_call(test: cst.BaseExpression) -> str | None:
     """The first call in `test` that reads tensor values into Python (the candidates of this codemod), as written."""
+    for comparison in m.findall(test, m.Comparison()):
+        found = _reduction_comparison(comparison)
+        if found:
+            return found
     for call in m.findall(test, m.Call(func=m.Attribute())):
         attr = call.func.attr.value
         if _dotted(call.func.value) in _NOT_TENSOR_MODULES:
@@ -185,6 +216,13 @@ def _tensor_form(node: cst.BaseExpression) -> _Form | None:
         return _Form(f"{left.operand()} {symbol} {right.operand()}", left.is_bool and right.is_bool, False)
     if _reduction_operand(node) is not None:
         return _Form(_one_line(node), _is_bool_tensor(node), True)
+    if _reduction_comparison(node) is not None:
+        return _Form(_one_line(node), True, False)
+    if m.matches(node, m.Call(func=m.Attribute(attr=m.Name("item")), args=[])):
+        # `.item()` of an `any`/`all` test is the same truth value read into Python: drop it
+        inner = node.func.value
+        if _reduction_operand(inner) is not None:
+            return _Form(_one_line(inner), _is_bool_tensor(inner), True)
     return None
 
 
@@ -882,7 +920,8 @@ class CondBranches(Codemod):
 
     @classmethod
     def might_apply(cls, source: str) -> bool:
-        return any(marker in source for marker in (".any(", ".all(", ".item()", "torch.equal("))
+        markers = (".any(", ".all(", ".item()", "torch.equal(", *(f".{name}(" for name in sorted(_VALUE_REDUCTIONS)))
+        return any(marker in source for marker in markers)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         module = self.context.full_module_name

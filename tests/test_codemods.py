@@ -163,6 +163,8 @@ def test_cond_branches_reports_every_shape_it_rewrites():
         (33, "rewritten", "select -> torch.cond"),
         (39, "rewritten", "select -> torch.cond"),  # nested: rewritten inside the outer branch function
         (47, "rewritten", "select -> torch.cond"),
+        (53, "rewritten", "select -> torch.cond"),  # a comparison of a whole-tensor reduction
+        (59, "rewritten", "if/else -> torch.cond"),  # `.item()` of an `all` test: the tensor form drops it
     ]
     # Each branch body is emitted once, as a function; eager calls it, export passes it to torch.cond
     assert change.rewritten.count("hidden_states = hidden_states * scale") == 1

@@ -319,6 +319,21 @@ SHAPE_CASES = [
         2,
     ),
     (
+        "reduction_comparison",
+        (torch.tensor(1.0),),
+        (torch.tensor([[0.5, 0.25, 1.0], [0.0, 0.5, 0.5]]),),
+        [(torch.tensor([[0.1, 0.2], [0.3, 0.1]]),), (torch.tensor([[2.0, 3.0, 1.0, 1.0]]),)],
+        1,
+    ),
+    (
+        # the arms give different sizes: torch.cond returns an unbacked size
+        "item_of_a_test",
+        (7,),
+        (torch.tensor([[3, 4, 5], [1, 2, 3]]),),
+        [(torch.tensor([[7, 4], [7, 2]]),), (torch.tensor([[1, 2, 3, 4, 5]]),)],
+        1,
+    ),
+    (
         "tensor_elif_after_python_test",
         (False,),
         (torch.tensor([[1.0, -2.0, 3.0], [4.0, 5.0, 6.0]]),),
