@@ -140,9 +140,66 @@ def _reduction_comparison(node: cst.BaseExpression) -> str | None:
     return _value_reduction(node.left) or _value_reduction(node.comparisons[0].comparator)
 
 
-def _data_dependent_call(test: cst.BaseExpression) -> str | None:
-    """The first call in `test` that reads tensor values into Python (the candidates of this codemod), as written."""
+def _is_size(node: cst.BaseExpression, shapes: frozenset[str]) -> bool:
+    """`X.shape[i]`, `X.size(i)` (a constant `i`), or a name the function binds only from such sizes."""
+    if isinstance(node, cst.Name):
+        return node.value in shapes
+    if isinstance(node, cst.Subscript) and m.matches(node.value, m.Attribute(attr=m.Name("shape"))):
+        return (
+            len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index) and _is_int(node.slice[0].slice.value)
+        )
+    if isinstance(node, cst.Call) and m.matches(node.func, m.Attribute(attr=m.Name("size"))):
+        return len(node.args) == 1 and node.args[0].keyword is None and _is_int(node.args[0].value)
+    return False
+
+
+def _is_int(node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        node = node.expression
+    return isinstance(node, cst.Integer)
+
+
+def _shape_comparison(node: cst.BaseExpression, shapes: frozenset[str]) -> bool:
+    """A size compared with 0, 1 or another size (`x.shape[1] == 1`, `q_len == kv_len`, `seq_len > 1`): export
+    evaluates it on the traced sizes and bakes the branch in with no guard (sizes are assumed >= 2)."""
+    if not isinstance(node, cst.Comparison) or len(node.comparisons) != 1:
+        return False
+    if not isinstance(node.comparisons[0].operator, _ORDER_OPERATORS):
+        return False
+    left, right = node.left, node.comparisons[0].comparator
+    small = lambda side: isinstance(side, cst.Integer) and side.value in ("0", "1")  # noqa: E731
+    return (_is_size(left, shapes) and (small(right) or _is_size(right, shapes))) or (
+        small(left) and _is_size(right, shapes)
+    )
+
+
+def _shape_names(function: cst.FunctionDef) -> frozenset[str]:
+    """The names `function` binds only from sizes: `seq_len = x.shape[1]`, `batch, seq_len, _ = x.shape`."""
+    sizes, others = set(), set()
+    for assign in m.findall(function, m.Assign()):
+        for target in assign.targets:
+            names = [e for e in _target_elements(target.target) if isinstance(e, cst.Name)]
+            whole_shape = m.matches(assign.value, m.Attribute(attr=m.Name("shape"))) or m.matches(
+                assign.value, m.Call(func=m.Attribute(attr=m.Name("size")), args=[])
+            )
+            if isinstance(target.target, cst.Name) and _is_size(assign.value, frozenset()):
+                sizes.add(target.target.value)
+            elif isinstance(target.target, (cst.Tuple, cst.List)) and whole_shape:
+                sizes.update(name.value for name in names)
+            else:
+                others.update(name.value for name in names)
+    for node in m.findall(function, m.AugAssign() | m.For() | m.AnnAssign() | m.NamedExpr() | m.Param()):
+        target = getattr(node, "target", None) or getattr(node, "name", None)
+        others.update(n.value for n in m.findall(target, m.Name()) if target is not None)
+    return frozenset(sizes - others)
+
+
+def _data_dependent_call(test: cst.BaseExpression, shapes: frozenset[str] = frozenset()) -> str | None:
+    """The first call in `test` that reads tensor values into Python (the candidates of this codemod), as written;
+    "shape" for a size test that export would specialise."""
     for comparison in m.findall(test, m.Comparison()):
+        if _shape_comparison(comparison, shapes):
+            return "shape"
         found = _reduction_comparison(comparison)
         if found:
             return found
@@ -188,29 +245,34 @@ class _Form:
     """The tensor form of a tensor test: its code, whether it is known to be bool, whether it needs parentheses as
     an operand of `~`/`&`/`|`."""
 
-    def __init__(self, code: str, is_bool: bool, atomic: bool):
+    def __init__(self, code: str, is_bool: bool, atomic: bool, symbolic: bool = False):
         self.code, self.is_bool, self.atomic = code, is_bool, atomic
+        self.symbolic = symbolic  # a size test: a SymBool under export, not a tensor
 
     def operand(self) -> str:
         return self.code if self.atomic else f"({self.code})"
 
     def negated(self) -> "_Form":
+        if self.symbolic:
+            return _Form(f"torch.sym_not({self.code})", True, True, symbolic=True)
         if self.is_bool:
             return _Form(f"~{self.operand()}", True, True)
         return _Form(f"torch.logical_not({self.code})", True, True)
 
 
-def _tensor_form(node: cst.BaseExpression) -> _Form | None:
-    """The tensor form of `node` when it is a tensor test, else None."""
+def _tensor_form(node: cst.BaseExpression, shapes: frozenset[str] = frozenset()) -> _Form | None:
+    """The tensor form of `node` when it is a tensor test (or a size test: a SymBool), else None."""
+    if _shape_comparison(node, shapes):
+        return _Form(_one_line(node), True, False, symbolic=True)
     if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
-        inner = _tensor_form(node.expression)
+        inner = _tensor_form(node.expression, shapes)
         return None if inner is None else inner.negated()
     if isinstance(node, cst.BooleanOperation) or (
         isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.BitAnd, cst.BitOr))
     ):
-        left, right = _tensor_form(node.left), _tensor_form(node.right)
-        if left is None or right is None:
-            return None
+        left, right = _tensor_form(node.left, shapes), _tensor_form(node.right, shapes)
+        if left is None or right is None or left.symbolic or right.symbolic:
+            return None  # a SymBool and a tensor do not combine with `&`
         symbol = "&" if isinstance(node.operator, (cst.And, cst.BitAnd)) else "|"
         # `&` binds tighter than `|`: parenthesize every compound operand rather than reason about precedence
         return _Form(f"{left.operand()} {symbol} {right.operand()}", left.is_bool and right.is_bool, False)
@@ -233,17 +295,21 @@ def _conjuncts(node: cst.BaseExpression) -> list[cst.BaseExpression]:
     return [node]
 
 
-def _split_test(test: cst.BaseExpression) -> tuple[cst.BaseExpression | None, cst.BaseExpression, _Form]:
+def _split_test(
+    test: cst.BaseExpression, shapes: frozenset[str] = frozenset()
+) -> tuple[cst.BaseExpression | None, cst.BaseExpression, _Form]:
     """(leading Python conjuncts or None, the tensor test as written, its tensor form); raises `_Refusal`."""
-    whole = _tensor_form(test)
+    whole = _tensor_form(test, shapes)
     if whole is not None:
         return None, test, whole
     if isinstance(test, cst.BooleanOperation) and test.lpar:
         test = test.with_changes(lpar=[], rpar=[])  # `if (\n    A\n    and T\n):` splits like `A and T`
     items = _conjuncts(test)
-    first = next((i for i, item in enumerate(items) if _data_dependent_call(item) is not None), len(items))
+    first = next((i for i, item in enumerate(items) if _data_dependent_call(item, shapes) is not None), len(items))
     tensor = items[first:]
-    forms = [_tensor_form(item) for item in tensor]
+    forms = [_tensor_form(item, shapes) for item in tensor]
+    if len(forms) > 1 and any(form is not None and form.symbolic for form in forms):
+        raise _Refusal("a size test `and`-joined to other tests: a SymBool does not combine with `&`")
     if 0 < first < len(items) and all(form is not None for form in forms):
         if len(tensor) == 1:
             form, written = forms[0], tensor[0]
@@ -251,7 +317,7 @@ def _split_test(test: cst.BaseExpression) -> tuple[cst.BaseExpression | None, cs
             form = _Form(" & ".join(f.operand() for f in forms), all(f.is_bool for f in forms), False)
             written = cst.parse_expression(" and ".join(_code(item) for item in tensor))
         return _python_part(test, first), written, form
-    raise _Refusal(_test_reason(test, items))
+    raise _Refusal(_test_reason(test, items, shapes))
 
 
 def _python_part(test: cst.BooleanOperation, count: int) -> cst.BaseExpression:
@@ -262,7 +328,7 @@ def _python_part(test: cst.BooleanOperation, count: int) -> cst.BaseExpression:
     return node
 
 
-def _test_reason(test: cst.BaseExpression, items: list[cst.BaseExpression]) -> str:
+def _test_reason(test: cst.BaseExpression, items: list[cst.BaseExpression], shapes: frozenset[str]) -> str:
     calls = [call for call in m.findall(test, m.Call(func=m.Attribute()))]
     if any(call.func.attr.value == "item" for call in calls):
         return "`.item()` reads a tensor into a Python number: no tensor form in this slice"
@@ -272,8 +338,8 @@ def _test_reason(test: cst.BaseExpression, items: list[cst.BaseExpression]) -> s
         if call.func.attr.value in _REDUCTIONS and _reduction_operand(call) is None:
             return f"`.{call.func.attr.value}(...)` with arguments is not a one-element test"
     if len(items) > 1:
-        first = next(i for i, item in enumerate(items) if _data_dependent_call(item) is not None)
-        if any(_data_dependent_call(item) is None for item in items[first:]):
+        first = next(i for i, item in enumerate(items) if _data_dependent_call(item, shapes) is not None)
+        if any(_data_dependent_call(item, shapes) is None for item in items[first:]):
             return "a Python condition follows the tensor test in the `and` chain: it cannot be split off exactly"
     return "the test mixes tensor and Python values in a form this slice does not rewrite (e.g. `or`, a comparison)"
 
@@ -566,9 +632,16 @@ class _Statements:
 class _Candidates(_Statements, cst.CSTVisitor):
     def __init__(self):
         self.found = False
+        self.shapes: list[frozenset[str]] = [frozenset()]
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.shapes.append(_shape_names(node))
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.shapes.pop()
 
     def visit_If(self, node: cst.If) -> bool:
-        self.found = self.found or _data_dependent_call(node.test) is not None
+        self.found = self.found or any(_data_dependent_call(t, self.shapes[-1]) for t in _if_parts(node)[0])
         return not self.found
 
 
@@ -580,6 +653,7 @@ class _Rewriter(_Statements, cst.CSTTransformer):
         self.torch_imported = torch_imported
         self.indent = indent
         self.functions: list[cst.FunctionDef] = []
+        self.shapes: list[frozenset[str]] = []  # names each enclosing function binds only from sizes
         self.depth = 0  # enclosing indented blocks
         self.eager_arms: set[int] = set()  # `elif T:` arms this codemod emitted (a second run leaves them)
         self.elifs: set[int] = set()  # `elif` arms: rewritten as part of the `if` that holds them
@@ -587,9 +661,11 @@ class _Rewriter(_Statements, cst.CSTTransformer):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.functions.append(node)
+        self.shapes.append(_shape_names(node))
 
     def leave_FunctionDef(self, original_node, updated_node):
         self.functions.pop()
+        self.shapes.pop()
         return updated_node.with_changes(body=_blank_before_branch_function(updated_node.body, blank=False))
 
     def leave_Else(self, original_node, updated_node):
@@ -609,7 +685,7 @@ class _Rewriter(_Statements, cst.CSTTransformer):
 
     def leave_IndentedBlock(self, original_node, updated_node):
         self.depth -= 1
-        return updated_node
+        return _blank_lines_before_branch_functions(updated_node)
 
     def visit_If(self, node: cst.If) -> None:
         if m.matches(node.test, m.Call(func=m.Attribute(attr=m.Name("is_exporting")))) and node.orelse is not None:
@@ -624,9 +700,10 @@ class _Rewriter(_Statements, cst.CSTTransformer):
         if m.matches(original_node.test, m.Call(func=m.Attribute(attr=m.Name("is_exporting")))):
             return updated_node  # emitted by a previous run
         tests = _if_parts(original_node)[0]
-        if all(_data_dependent_call(test) is None for test in tests):
+        shapes = self.shapes[-1]
+        if all(_data_dependent_call(test, shapes) is None for test in tests):
             return updated_node
-        site = original_node if _data_dependent_call(original_node.test) is not None else original_node.orelse
+        site = original_node if _data_dependent_call(original_node.test, shapes) is not None else original_node.orelse
         line = self.first_line - 1 + self.positions[site].start.line
         construct = _one_line(site.test)
         try:
@@ -647,7 +724,7 @@ class _Rewriter(_Statements, cst.CSTTransformer):
     def _python_if_with_tensor_elif(self, original: cst.If, updated: cst.If) -> tuple[cst.If, str]:
         inner_original = cst.If(test=original.orelse.test, body=original.orelse.body, orelse=original.orelse.orelse)
         inner_updated = cst.If(test=updated.orelse.test, body=updated.orelse.body, orelse=updated.orelse.orelse)
-        if _data_dependent_call(inner_original.test) is None:
+        if _data_dependent_call(inner_original.test, self.shapes[-1]) is None:
             raise _Refusal("a tensor test in a later `elif` of a Python `if` chain: out of scope")
         self.nested_originals[id(inner_original)] = original.orelse
         statements, shape = self._rewrite(inner_original, inner_updated)
@@ -661,7 +738,7 @@ class _Rewriter(_Statements, cst.CSTTransformer):
         the same `if` in the function as written, for the analysis of names."""
         if not self.torch_imported:
             raise _Refusal("the module does not `import torch`")
-        outer, written, form = _split_test(original.test)
+        outer, written, form = _split_test(original.test, self.shapes[-1])
         if outer is not None and original.orelse is not None:
             raise _Refusal("a Python condition joined to the tensor test, with an `else`: it would run both ways")
         body = updated.body
@@ -673,6 +750,8 @@ class _Rewriter(_Statements, cst.CSTTransformer):
             and len(body.body[0].body) == 1
             and isinstance(body.body[0].body[0], cst.Raise)
         )
+        if one_raise and form.symbolic:
+            raise _Refusal("a size test whose branch only raises: export assumes sizes >= 2 (torch._check is the fix)")
         if one_raise:
             export = [self._assertion(body.body[0].body[0], original, written, form)]
             eager = original.with_changes(test=_parenthesized(written) if outer is not None else original.test)
@@ -694,7 +773,7 @@ class _Rewriter(_Statements, cst.CSTTransformer):
             return updated.orelse.body
         inner_original = cst.If(test=original.orelse.test, body=original.orelse.body, orelse=original.orelse.orelse)
         inner_updated = cst.If(test=updated.orelse.test, body=updated.orelse.body, orelse=updated.orelse.orelse)
-        if _data_dependent_call(inner_original.test) is None:
+        if _data_dependent_call(inner_original.test, self.shapes[-1]) is None:
             return cst.IndentedBlock(body=[inner_updated])
         self.nested_originals[id(inner_original)] = original.orelse
         return cst.IndentedBlock(body=self._rewrite(inner_original, inner_updated)[0])
@@ -860,6 +939,20 @@ def _blank_before_branch_function(block: cst.BaseSuite, blank: bool) -> cst.Base
     return block.with_changes(body=[first.with_changes(leading_lines=leading), *block.body[1:]])
 
 
+def _blank_lines_before_branch_functions(block: cst.IndentedBlock) -> cst.IndentedBlock:
+    """Black's layout: a branch function that follows other code in its block has a blank line before it."""
+    body = list(block.body)
+    for index in range(1, len(body)):
+        stmt = body[index]
+        if not (isinstance(stmt, cst.FunctionDef) and stmt.name.value in ("true_fn", "false_fn")):
+            continue
+        if isinstance(body[index - 1], cst.FunctionDef):
+            continue
+        if not stmt.leading_lines or stmt.leading_lines[0].comment is not None:
+            body[index] = stmt.with_changes(leading_lines=[cst.EmptyLine(indent=False), *stmt.leading_lines])
+    return block.with_changes(body=body)
+
+
 def _is_non_tensor(value: cst.BaseExpression) -> bool:
     return isinstance(value, _NON_TENSOR_VALUES) or _dotted(value) in ("None", "True", "False")
 
@@ -920,7 +1013,8 @@ class CondBranches(Codemod):
 
     @classmethod
     def might_apply(cls, source: str) -> bool:
-        markers = (".any(", ".all(", ".item()", "torch.equal(", *(f".{name}(" for name in sorted(_VALUE_REDUCTIONS)))
+        markers = (".any(", ".all(", ".item()", "torch.equal(", ".shape", ".size(")
+        markers += tuple(f".{name}(" for name in sorted(_VALUE_REDUCTIONS))
         return any(marker in source for marker in markers)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:

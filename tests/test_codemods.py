@@ -149,6 +149,23 @@ def test_cond_branches_reports_each_rewrite_with_its_shape():
     ]
 
 
+def test_cond_branches_rewrites_size_tests_that_export_would_specialise():
+    change, findings = _cond_findings("select_size_tests")
+    assert [(line, kind, construct, reason) for line, kind, construct, reason in findings] == [
+        (6, "rewritten", "q_len == 1", "if/else -> torch.cond"),
+        (14, "rewritten", "hidden_states.size(1) > 1", "select -> torch.cond"),
+        (22, "rewritten", "q_len == kv_len", "if/else -> torch.cond"),
+        (
+            30,
+            "refused",
+            "hidden_states.shape[0] == 0",
+            "a size test whose branch only raises: export assumes sizes >= 2 (torch._check is the fix)",
+        ),
+    ]  # `if seq_len == 1` on a parameter (line 38) is not known to be a size: silent
+    # The predicate is the size test itself: a SymBool under export
+    assert "scores = torch.cond(q_len == 1, true_fn, false_fn, ())" in change.rewritten
+
+
 _ALIAS = (
     "is not assigned on every path of an arm: that arm would return its input unchanged, which torch.cond cannot alias"
 )
@@ -230,8 +247,7 @@ def test_cond_branches_reports_every_shape_it_rewrites():
             ],
         ),
         ("no_torch_import", [(6, "hidden_states.isnan().any()", "the module does not `import torch`")]),
-        # Not a tensor test (a shape test: another codemod's business), and a shared module: silent
-        ("not_a_tensor_test", []),
+        # A shared module: silent
         ("shared_module", []),
     ],
 )

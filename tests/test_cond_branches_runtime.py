@@ -377,3 +377,38 @@ def test_eager_never_enters_torch_cond(monkeypatch):
     rewritten.elif_chain(torch.ones(2, 2), 0.5)
     rewritten.both_arms_return(torch.ones(2, 2), torch.ones(2, 2, dtype=torch.bool))
     rewritten.nested_ifs(torch.full((2, 2), float("nan")), True, 2.0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Size tests: traced at sizes >= 2, the program must still take the other arm at size 1
+# ----------------------------------------------------------------------------------------------------------------
+
+_Q = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(4))
+_K = torch.randn(2, 5, 4, generator=torch.Generator().manual_seed(5))
+SIZE_CASES = [
+    # function, traced input, inputs at other sizes (the other arm among them)
+    ("decode_or_prefill", (_Q, _K), [(_Q[:, :1], _K), (_Q[:1, :2], _K[:1, :4])]),
+    ("squeeze_single_step", (_Q,), [(_Q[:, :1],), (_K,)]),
+]
+# `same_lengths` (q_len == kv_len) is rewritten but does not export on torch 2.13: torch.cond rejects the
+# `Max(1, s)` strides of its slices ("output stride is not a simple accumulative multiplication of sizes").
+
+
+@pytest.mark.parametrize("name, traced, others", SIZE_CASES, ids=[c[0] for c in SIZE_CASES])
+def test_size_test_exported_at_one_size_is_right_at_the_other(name, traced, others):
+    original, rewritten = _original_and_rewritten("select_size_tests")
+    before, after = getattr(original, name), getattr(rewritten, name)
+    program = _export(_Call(after), traced)
+    assert _conds(program) == 1
+    for args in (traced, *others):
+        expected = before(*args)
+        assert_identical(after(*args), expected)
+        assert_identical(program.module()(*args), expected)
+
+
+def test_the_original_size_test_is_silently_specialised():
+    """Why the rewrite: the original exports with no guard and gives a wrong answer at size 1."""
+    original, _ = _original_and_rewritten("select_size_tests")
+    program = _export(_Call(original.squeeze_single_step), (_Q,))
+    single = _Q[:, :1]
+    assert not torch.equal(program.module()(single), original.squeeze_single_step(single))
