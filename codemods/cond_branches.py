@@ -32,8 +32,15 @@ results that are None or a literal (`scale = 1.0`: torch.cond returns tensors on
 path of an arm (it would pass its input through: an alias), a returned value that is an input unchanged, a result
 with no value before a one-armed `if`; a Python condition `and`-joined to the tensor test of an `if` with an `else`;
 functions that already use the names `true_fn`/`false_fn`; tests that use `.item()`, `torch.equal`,
-`.any(dim)`/`.all(dim)` or mix Python and tensor conditions other than as leading `and` conjuncts. Tests without
-any of these calls (shape tests such as `x.shape[0] > 1`) are not data-dependent in this sense and are neither
+`.any(dim)`/`.all(dim)` or mix Python and tensor conditions other than as leading `and` conjuncts.
+
+Size tests are candidates too: `X.shape[i]`/`X.size(i)` (or a name the function binds only from sizes, `q_len =
+x.shape[1]`, `batch, q_len, _ = x.shape`) compared with 0, 1 or another size. Export evaluates them on the traced
+sizes and bakes the branch in with no guard; as a `torch.cond` on the SymBool the program keeps both arms. Refused:
+a size test whose branch only raises, and one `and`-joined to other tests. Known limit (torch 2.13): torch.cond traces
+both arms without the predicate, so an arm that is only well-formed under it (`query * key` when `q_len == kv_len`)
+or returns slices with `Max(1, s)` strides fails to export. Comparisons of whole-tensor reductions (`x.sum() > t`)
+and `.item()` of an `any`/`all` test are tensor tests. Other tests (a parameter `seq_len == 1`) are neither
 rewritten nor reported. Shared modules (`masking_utils.py`, `cache_utils.py`, ...) are never changed: they are
 vendored only when their rewrite is purely additive.
 """
