@@ -15,20 +15,34 @@ What it rewrites, only in modules under `transformers.models` (or given with no 
 - `if T: raise E(...)` (the body is one `raise`, no else) ->
   `if torch.compiler.is_exporting(): torch._assert_async(<not T>, <message>)` `elif T: raise E(...)`. The message is
   the exception's when it is a literal string, else a fixed text naming the exception and the test.
-- `if T: <assignments>` (no else) where every assignment targets one name, the *result* (which has a value before the
-  `if`), or helper locals whose every use in the function sits in an `if` body that assigns them first ->
-  `if torch.compiler.is_exporting():` a nested `def updated_<result>(<result>)` holding the body, then
-  `<result> = torch.cond(<T>, updated_<result>, lambda <result>: <result>.clone(), (<result>,))`,
-  `elif T:` the original body. Other names reach the branch through the closure.
+- any other `if T:` (with `else`, `elif` chains, nested `if`s) whose arms only assign local names -> each arm's
+  body is emitted ONCE as a local function (`true_fn`, `false_fn`) taking the *operands* (the results that have a
+  value before the `if`, in source order; everything else, ints and floats included, comes through the closure) and
+  returning the *results* (names assigned in an arm that code outside it reads). Export calls
+  `torch.cond(<tensor form of T>, true_fn, false_fn, operands)`; eager runs the plain `if` over the same functions,
+  so eager results are bit-identical and cost one Python call more. With no `else`, the other arm is
+  `lambda x: x.clone()` (export only: torch.cond rejects an output that aliases an input). An `elif` becomes a nested
+  `if` in `false_fn` (a nested cond). When both arms end in `return`, the functions take no operands and the
+  rewritten `if` returns their result. A tensor test in the `elif` of a Python `if` is rewritten inside an `else`.
 
-What it refuses (left unchanged, reported as `refused` with the reason): an `if` with a tensor test and an `else` or
-`elif` arm (out of scope of this slice); branches with side effects (attribute or item writes, augmented assignment,
-in-place or mutating calls, `logger`/`warnings`/`print`, `return`/`break`/`continue`/`del`, loops, nested blocks);
-branches assigning None or a literal, several result variables, or a variable with no value before the `if`; tests
-that use `.item()`, `torch.equal`, `.any(dim)`/`.all(dim)` or mix Python and tensor conditions other than as leading
-`and` conjuncts. Tests without any of these calls (shape tests such as `x.shape[0] > 1`) are not data-dependent in
-this sense and are neither rewritten nor reported. Shared modules (`masking_utils.py`, `cache_utils.py`, ...) are
-never changed: they are vendored only when their rewrite is purely additive.
+What it refuses (left unchanged, reported as `refused` with the reason): side effects in an arm (attribute or item
+writes, augmented assignment, in-place or mutating calls such as `register_buffer`, `logger`/`warnings`/`print`,
+`del`, `yield`), `break`/`continue`, loops (a data-dependent trip count), `with`/`try`; a `return` in one arm only;
+results that are None or a literal (`scale = 1.0`: torch.cond returns tensors only), a result not assigned on every
+path of an arm (it would pass its input through: an alias), a returned value that is an input unchanged, a result
+with no value before a one-armed `if`; a Python condition `and`-joined to the tensor test of an `if` with an `else`;
+functions that already use the names `true_fn`/`false_fn`; tests that use `.item()`, `torch.equal`,
+`.any(dim)`/`.all(dim)` or mix Python and tensor conditions other than as leading `and` conjuncts.
+
+Size tests are candidates too: `X.shape[i]`/`X.size(i)` (or a name the function binds only from sizes, `q_len =
+x.shape[1]`, `batch, q_len, _ = x.shape`) compared with 0, 1 or another size. Export evaluates them on the traced
+sizes and bakes the branch in with no guard; as a `torch.cond` on the SymBool the program keeps both arms. Refused:
+a size test whose branch only raises, and one `and`-joined to other tests. Known limit (torch 2.13): torch.cond traces
+both arms without the predicate, so an arm that is only well-formed under it (`query * key` when `q_len == kv_len`)
+or returns slices with `Max(1, s)` strides fails to export. Comparisons of whole-tensor reductions (`x.sum() > t`)
+and `.item()` of an `any`/`all` test are tensor tests. Other tests (a parameter `seq_len == 1`) are neither
+rewritten nor reported. Shared modules (`masking_utils.py`, `cache_utils.py`, ...) are never changed: they are
+vendored only when their rewrite is purely additive.
 """
 
 from __future__ import annotations
@@ -78,6 +92,11 @@ _SIDE_EFFECT_OBJECTS = frozenset({"logger", "logging", "warnings"})
 _NOT_TENSOR_MODULES = frozenset({"np", "numpy", "math", "builtins"})
 
 
+# Reductions of a whole tensor to one element: comparing one gives a one-element bool tensor
+_VALUE_REDUCTIONS = frozenset({"sum", "max", "min", "mean", "prod", "amax", "amin", "count_nonzero"})
+_ORDER_OPERATORS = (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
+
+
 class _Refusal(Exception):
     """Why a candidate `if` is left as it is; caught per site and reported."""
 
@@ -106,8 +125,91 @@ def _is_torch_function(func: cst.BaseExpression, names: frozenset[str]) -> bool:
     return isinstance(func, cst.Attribute) and _dotted(func.value) == "torch" and func.attr.value in names
 
 
-def _data_dependent_call(test: cst.BaseExpression) -> str | None:
-    """The first call in `test` that reads tensor values into Python (the candidates of this codemod), as written."""
+def _value_reduction(node: cst.BaseExpression) -> str | None:
+    """The name of a whole-tensor reduction to one element, `X.sum()` or `torch.max(X)` (no other arguments)."""
+    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+        return None
+    attr = node.func.attr.value
+    if attr not in _VALUE_REDUCTIONS or _dotted(node.func.value) in _NOT_TENSOR_MODULES:
+        return None
+    if _is_torch_function(node.func, _VALUE_REDUCTIONS):
+        one = len(node.args) == 1 and node.args[0].keyword is None and not node.args[0].star
+        return attr if one else None
+    return attr if not node.args else None
+
+
+def _reduction_comparison(node: cst.BaseExpression) -> str | None:
+    """`A op B` (one operator) where a side is a whole-tensor reduction: a one-element bool tensor."""
+    if not isinstance(node, cst.Comparison) or len(node.comparisons) != 1:
+        return None
+    if not isinstance(node.comparisons[0].operator, _ORDER_OPERATORS):
+        return None
+    return _value_reduction(node.left) or _value_reduction(node.comparisons[0].comparator)
+
+
+def _is_size(node: cst.BaseExpression, shapes: frozenset[str]) -> bool:
+    """`X.shape[i]`, `X.size(i)` (a constant `i`), or a name the function binds only from such sizes."""
+    if isinstance(node, cst.Name):
+        return node.value in shapes
+    if isinstance(node, cst.Subscript) and m.matches(node.value, m.Attribute(attr=m.Name("shape"))):
+        return (
+            len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index) and _is_int(node.slice[0].slice.value)
+        )
+    if isinstance(node, cst.Call) and m.matches(node.func, m.Attribute(attr=m.Name("size"))):
+        return len(node.args) == 1 and node.args[0].keyword is None and _is_int(node.args[0].value)
+    return False
+
+
+def _is_int(node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        node = node.expression
+    return isinstance(node, cst.Integer)
+
+
+def _shape_comparison(node: cst.BaseExpression, shapes: frozenset[str]) -> bool:
+    """A size compared with 0, 1 or another size (`x.shape[1] == 1`, `q_len == kv_len`, `seq_len > 1`): export
+    evaluates it on the traced sizes and bakes the branch in with no guard (sizes are assumed >= 2)."""
+    if not isinstance(node, cst.Comparison) or len(node.comparisons) != 1:
+        return False
+    if not isinstance(node.comparisons[0].operator, _ORDER_OPERATORS):
+        return False
+    left, right = node.left, node.comparisons[0].comparator
+    small = lambda side: isinstance(side, cst.Integer) and side.value in ("0", "1")  # noqa: E731
+    return (_is_size(left, shapes) and (small(right) or _is_size(right, shapes))) or (
+        small(left) and _is_size(right, shapes)
+    )
+
+
+def _shape_names(function: cst.FunctionDef) -> frozenset[str]:
+    """The names `function` binds only from sizes: `seq_len = x.shape[1]`, `batch, seq_len, _ = x.shape`."""
+    sizes, others = set(), set()
+    for assign in m.findall(function, m.Assign()):
+        for target in assign.targets:
+            names = [e for e in _target_elements(target.target) if isinstance(e, cst.Name)]
+            whole_shape = m.matches(assign.value, m.Attribute(attr=m.Name("shape"))) or m.matches(
+                assign.value, m.Call(func=m.Attribute(attr=m.Name("size")), args=[])
+            )
+            if isinstance(target.target, cst.Name) and _is_size(assign.value, frozenset()):
+                sizes.add(target.target.value)
+            elif isinstance(target.target, (cst.Tuple, cst.List)) and whole_shape:
+                sizes.update(name.value for name in names)
+            else:
+                others.update(name.value for name in names)
+    for node in m.findall(function, m.AugAssign() | m.For() | m.AnnAssign() | m.NamedExpr() | m.Param()):
+        target = getattr(node, "target", None) or getattr(node, "name", None)
+        others.update(n.value for n in m.findall(target, m.Name()) if target is not None)
+    return frozenset(sizes - others)
+
+
+def _data_dependent_call(test: cst.BaseExpression, shapes: frozenset[str] = frozenset()) -> str | None:
+    """The first call in `test` that reads tensor values into Python (the candidates of this codemod), as written;
+    "shape" for a size test that export would specialise."""
+    for comparison in m.findall(test, m.Comparison()):
+        if _shape_comparison(comparison, shapes):
+            return "shape"
+        found = _reduction_comparison(comparison)
+        if found:
+            return found
     for call in m.findall(test, m.Call(func=m.Attribute())):
         attr = call.func.attr.value
         if _dotted(call.func.value) in _NOT_TENSOR_MODULES:
@@ -150,34 +252,46 @@ class _Form:
     """The tensor form of a tensor test: its code, whether it is known to be bool, whether it needs parentheses as
     an operand of `~`/`&`/`|`."""
 
-    def __init__(self, code: str, is_bool: bool, atomic: bool):
+    def __init__(self, code: str, is_bool: bool, atomic: bool, symbolic: bool = False):
         self.code, self.is_bool, self.atomic = code, is_bool, atomic
+        self.symbolic = symbolic  # a size test: a SymBool under export, not a tensor
 
     def operand(self) -> str:
         return self.code if self.atomic else f"({self.code})"
 
     def negated(self) -> "_Form":
+        if self.symbolic:
+            return _Form(f"torch.sym_not({self.code})", True, True, symbolic=True)
         if self.is_bool:
             return _Form(f"~{self.operand()}", True, True)
         return _Form(f"torch.logical_not({self.code})", True, True)
 
 
-def _tensor_form(node: cst.BaseExpression) -> _Form | None:
-    """The tensor form of `node` when it is a tensor test, else None."""
+def _tensor_form(node: cst.BaseExpression, shapes: frozenset[str] = frozenset()) -> _Form | None:
+    """The tensor form of `node` when it is a tensor test (or a size test: a SymBool), else None."""
+    if _shape_comparison(node, shapes):
+        return _Form(_one_line(node), True, False, symbolic=True)
     if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
-        inner = _tensor_form(node.expression)
+        inner = _tensor_form(node.expression, shapes)
         return None if inner is None else inner.negated()
     if isinstance(node, cst.BooleanOperation) or (
         isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.BitAnd, cst.BitOr))
     ):
-        left, right = _tensor_form(node.left), _tensor_form(node.right)
-        if left is None or right is None:
-            return None
+        left, right = _tensor_form(node.left, shapes), _tensor_form(node.right, shapes)
+        if left is None or right is None or left.symbolic or right.symbolic:
+            return None  # a SymBool and a tensor do not combine with `&`
         symbol = "&" if isinstance(node.operator, (cst.And, cst.BitAnd)) else "|"
         # `&` binds tighter than `|`: parenthesize every compound operand rather than reason about precedence
         return _Form(f"{left.operand()} {symbol} {right.operand()}", left.is_bool and right.is_bool, False)
     if _reduction_operand(node) is not None:
         return _Form(_one_line(node), _is_bool_tensor(node), True)
+    if _reduction_comparison(node) is not None:
+        return _Form(_one_line(node), True, False)
+    if m.matches(node, m.Call(func=m.Attribute(attr=m.Name("item")), args=[])):
+        # `.item()` of an `any`/`all` test is the same truth value read into Python: drop it
+        inner = node.func.value
+        if _reduction_operand(inner) is not None:
+            return _Form(_one_line(inner), _is_bool_tensor(inner), True)
     return None
 
 
@@ -188,17 +302,21 @@ def _conjuncts(node: cst.BaseExpression) -> list[cst.BaseExpression]:
     return [node]
 
 
-def _split_test(test: cst.BaseExpression) -> tuple[cst.BaseExpression | None, cst.BaseExpression, _Form]:
+def _split_test(
+    test: cst.BaseExpression, shapes: frozenset[str] = frozenset()
+) -> tuple[cst.BaseExpression | None, cst.BaseExpression, _Form]:
     """(leading Python conjuncts or None, the tensor test as written, its tensor form); raises `_Refusal`."""
-    whole = _tensor_form(test)
+    whole = _tensor_form(test, shapes)
     if whole is not None:
         return None, test, whole
     if isinstance(test, cst.BooleanOperation) and test.lpar:
         test = test.with_changes(lpar=[], rpar=[])  # `if (\n    A\n    and T\n):` splits like `A and T`
     items = _conjuncts(test)
-    first = next((i for i, item in enumerate(items) if _data_dependent_call(item) is not None), len(items))
+    first = next((i for i, item in enumerate(items) if _data_dependent_call(item, shapes) is not None), len(items))
     tensor = items[first:]
-    forms = [_tensor_form(item) for item in tensor]
+    forms = [_tensor_form(item, shapes) for item in tensor]
+    if len(forms) > 1 and any(form is not None and form.symbolic for form in forms):
+        raise _Refusal("a size test `and`-joined to other tests: a SymBool does not combine with `&`")
     if 0 < first < len(items) and all(form is not None for form in forms):
         if len(tensor) == 1:
             form, written = forms[0], tensor[0]
@@ -206,7 +324,7 @@ def _split_test(test: cst.BaseExpression) -> tuple[cst.BaseExpression | None, cs
             form = _Form(" & ".join(f.operand() for f in forms), all(f.is_bool for f in forms), False)
             written = cst.parse_expression(" and ".join(_code(item) for item in tensor))
         return _python_part(test, first), written, form
-    raise _Refusal(_test_reason(test, items))
+    raise _Refusal(_test_reason(test, items, shapes))
 
 
 def _python_part(test: cst.BooleanOperation, count: int) -> cst.BaseExpression:
@@ -217,7 +335,7 @@ def _python_part(test: cst.BooleanOperation, count: int) -> cst.BaseExpression:
     return node
 
 
-def _test_reason(test: cst.BaseExpression, items: list[cst.BaseExpression]) -> str:
+def _test_reason(test: cst.BaseExpression, items: list[cst.BaseExpression], shapes: frozenset[str]) -> str:
     calls = [call for call in m.findall(test, m.Call(func=m.Attribute()))]
     if any(call.func.attr.value == "item" for call in calls):
         return "`.item()` reads a tensor into a Python number: no tensor form in this slice"
@@ -227,8 +345,8 @@ def _test_reason(test: cst.BaseExpression, items: list[cst.BaseExpression]) -> s
         if call.func.attr.value in _REDUCTIONS and _reduction_operand(call) is None:
             return f"`.{call.func.attr.value}(...)` with arguments is not a one-element test"
     if len(items) > 1:
-        first = next(i for i, item in enumerate(items) if _data_dependent_call(item) is not None)
-        if any(_data_dependent_call(item) is None for item in items[first:]):
+        first = next(i for i, item in enumerate(items) if _data_dependent_call(item, shapes) is not None)
+        if any(_data_dependent_call(item, shapes) is None for item in items[first:]):
             return "a Python condition follows the tensor test in the `and` chain: it cannot be split off exactly"
     return "the test mixes tensor and Python values in a form this slice does not rewrite (e.g. `or`, a comparison)"
 
@@ -298,13 +416,26 @@ def _assigned_first(block: cst.IndentedBlock, name: str) -> bool:
     return False
 
 
+def _if_parts(node: cst.If) -> tuple[list[cst.BaseExpression], list[cst.BaseSuite]]:
+    """The tests and the blocks of an `if`/`elif`/`else` chain, in source order."""
+    tests, blocks = [node.test], [node.body]
+    if isinstance(node.orelse, cst.Else):
+        blocks.append(node.orelse.body)
+    elif isinstance(node.orelse, cst.If):
+        more_tests, more_blocks = _if_parts(node.orelse)
+        tests, blocks = tests + more_tests, blocks + more_blocks
+    return tests, blocks
+
+
 def _branch_local(function: cst.FunctionDef, name: str) -> bool:
-    """Whether every use of `name` in `function` is inside an `if` body that assigns it first, so no value of it
-    flows from one block to another (or out of the branch)."""
+    """Whether every use of `name` in `function` is inside an `if`/`else` block that assigns it first, so no value
+    of it flows from one block to another (or out of the branch)."""
     covered = set()
     for node in m.findall(function, m.If()):
-        if isinstance(node.body, cst.IndentedBlock) and _assigned_first(node.body, name):
-            covered.update(id(n) for n in _names(node.body) if n.value == name)
+        blocks = [node.body] + ([node.orelse.body] if isinstance(node.orelse, cst.Else) else [])
+        for block in blocks:
+            if isinstance(block, cst.IndentedBlock) and _assigned_first(block, name):
+                covered.update(id(n) for n in _names(block) if n.value == name)
     return all(id(n) in covered for n in _names(function) if n.value == name)
 
 
@@ -365,8 +496,15 @@ _NON_TENSOR_VALUES = (
 )
 
 
-def _branch_assignment(statement: cst.BaseSmallStatement) -> cst.Assign:
-    """`statement` when it is `name = <expression without side effects>`; raises `_Refusal` otherwise."""
+def _check_small_statement(statement: cst.BaseSmallStatement, returns: bool) -> None:
+    """Raises `_Refusal` unless `statement` is free of side effects: `name = ...` (or unpacking into names), `pass`,
+    and `return ...` where the branch becomes a function that returns (`returns`)."""
+    if isinstance(statement, cst.Return) and returns:
+        if statement.value is not None:
+            _check_expression(statement.value)
+        return
+    if isinstance(statement, cst.Pass):
+        return
     reason = next((text for kind, text in _STATEMENT_REASONS.items() if isinstance(statement, kind)), None)
     if reason:
         raise _Refusal(reason)
@@ -382,36 +520,110 @@ def _branch_assignment(statement: cst.BaseSmallStatement) -> cst.Assign:
         raise _Refusal(f"the branch evaluates `{_one_line(statement.value)}` for its side effects")
     if not isinstance(statement, cst.Assign):
         raise _Refusal(f"`{_one_line(statement)}` in the branch")
-    for target in statement.targets:
-        if isinstance(target.target, cst.Attribute):
-            raise _Refusal(f"the branch writes the attribute `{_one_line(target.target)}`")
-        if isinstance(target.target, cst.Subscript):
-            raise _Refusal(f"the branch assigns to `{_one_line(target.target)}` in place")
-        if not isinstance(target.target, cst.Name):
-            raise _Refusal(f"the branch unpacks into `{_one_line(target.target)}`")
     if len(statement.targets) != 1:
         raise _Refusal("a chained assignment in the branch")
+    target = statement.targets[0].target
+    for element in _target_elements(target):
+        if isinstance(element, cst.Attribute):
+            raise _Refusal(f"the branch writes the attribute `{_one_line(element)}`")
+        if isinstance(element, cst.Subscript):
+            raise _Refusal(f"the branch assigns to `{_one_line(element)}` in place")
+        if not isinstance(element, cst.Name):
+            raise _Refusal(f"the branch unpacks into `{_one_line(target)}`")
     _check_expression(statement.value)
-    return statement
 
 
-def _assigned_name(statement: cst.Assign) -> str:
-    return statement.targets[0].target.value
+def _target_elements(target: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """`a` -> [a]; `a, b` and `(a, b)` -> [a, b]; starred or nested unpacking stays whole (and is refused)."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [element.value if isinstance(element, cst.Element) else element for element in target.elements]
+    return [target]
 
 
-def _small_statements(body: cst.BaseSuite) -> list[cst.BaseSmallStatement]:
-    """The branch's statements, each a simple statement on its own line; raises `_Refusal` for anything else."""
-    if not isinstance(body, cst.IndentedBlock):
+def _check_block(block: cst.BaseSuite, returns: bool) -> None:
+    """Raises `_Refusal` unless every statement of `block` (nested `if`s and the branch functions of already
+    rewritten inner `if`s included) is free of side effects and of control flow that `torch.cond` cannot take."""
+    if not isinstance(block, cst.IndentedBlock):
         raise _Refusal("the branch is on the `if` line")
-    result = []
-    for stmt in body.body:
+    for stmt in block.body:
         if isinstance(stmt, (cst.For, cst.While)):
             raise _Refusal("a loop in the branch")
-        if not isinstance(stmt, cst.SimpleStatementLine):
-            keyword = {cst.If: "if", cst.With: "with", cst.Try: "try"}.get(type(stmt), type(stmt).__name__)
-            raise _Refusal(f"a nested `{keyword}` block in the branch")
-        result.extend(stmt.body)
-    return result
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                _check_small_statement(small, returns)
+        elif isinstance(stmt, cst.If):
+            tests, blocks = _if_parts(stmt)
+            for test in tests:
+                _check_expression(test)
+            for inner in blocks:
+                _check_block(inner, returns)
+        elif isinstance(stmt, cst.FunctionDef) and not stmt.decorators:
+            _check_block(stmt.body, returns=True)  # a branch function of a nested `if` this codemod rewrote
+        else:
+            keyword = {cst.With: "with", cst.Try: "try", cst.FunctionDef: "def", cst.ClassDef: "class"}
+            raise _Refusal(f"a nested `{keyword.get(type(stmt), type(stmt).__name__)}` block in the branch")
+
+
+def _assignments(block: cst.BaseSuite) -> list[cst.Assign]:
+    """The assignments of `block` and of its nested `if`s (not of nested functions), in source order."""
+    found = []
+    for stmt in block.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            found.extend(small for small in stmt.body if isinstance(small, cst.Assign))
+        elif isinstance(stmt, cst.If):
+            for inner in _if_parts(stmt)[1]:
+                found.extend(_assignments(inner))
+    return found
+
+
+def _assigned_names(block: cst.BaseSuite) -> list[str]:
+    names = []
+    for assign in _assignments(block):
+        names.extend(e.value for t in assign.targets for e in _target_elements(t.target) if isinstance(e, cst.Name))
+    return list(dict.fromkeys(names))
+
+
+def _always_assigned(block: cst.BaseSuite) -> set[str]:
+    """The names that every path through `block` assigns."""
+    names = set()
+    for stmt in block.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Assign):
+                    names.update(
+                        e.value for t in small.targets for e in _target_elements(t.target) if isinstance(e, cst.Name)
+                    )
+        elif isinstance(stmt, cst.If) and _has_else(stmt):
+            names.update(set.intersection(*(_always_assigned(inner) for inner in _if_parts(stmt)[1])))
+    return names
+
+
+def _has_else(node: cst.If) -> bool:
+    return isinstance(node.orelse, cst.Else) or (isinstance(node.orelse, cst.If) and _has_else(node.orelse))
+
+
+def _ends_in_return(block: cst.BaseSuite) -> bool:
+    """Whether every path through `block` ends in a `return`."""
+    if not isinstance(block, cst.IndentedBlock) or not block.body:
+        return False
+    last = block.body[-1]
+    if isinstance(last, cst.SimpleStatementLine):
+        return isinstance(last.body[-1], cst.Return)
+    if isinstance(last, cst.If) and _has_else(last):
+        return all(_ends_in_return(inner) for inner in _if_parts(last)[1])
+    return False
+
+
+def _returned_values(block: cst.BaseSuite) -> list[tuple[cst.Return, cst.BaseSuite]]:
+    """The `return` statements of `block` and of its nested `if`s, each with the block that holds it."""
+    found = []
+    for stmt in block.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            found.extend((small, block) for small in stmt.body if isinstance(small, cst.Return))
+        elif isinstance(stmt, cst.If):
+            for inner in _if_parts(stmt)[1]:
+                found.extend(_returned_values(inner))
+    return found
 
 
 class _Statements:
@@ -427,9 +639,16 @@ class _Statements:
 class _Candidates(_Statements, cst.CSTVisitor):
     def __init__(self):
         self.found = False
+        self.shapes: list[frozenset[str]] = [frozenset()]
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.shapes.append(_shape_names(node))
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.shapes.pop()
 
     def visit_If(self, node: cst.If) -> bool:
-        self.found = self.found or _data_dependent_call(node.test) is not None
+        self.found = self.found or any(_data_dependent_call(t, self.shapes[-1]) for t in _if_parts(node)[0])
         return not self.found
 
 
@@ -441,65 +660,252 @@ class _Rewriter(_Statements, cst.CSTTransformer):
         self.torch_imported = torch_imported
         self.indent = indent
         self.functions: list[cst.FunctionDef] = []
+        self.shapes: list[frozenset[str]] = []  # names each enclosing function binds only from sizes
         self.depth = 0  # enclosing indented blocks
         self.eager_arms: set[int] = set()  # `elif T:` arms this codemod emitted (a second run leaves them)
+        self.elifs: set[int] = set()  # `elif` arms: rewritten as part of the `if` that holds them
+        self.nested_originals: dict[int, cst.If] = {}  # an `elif` made a standalone `if` -> the node as written
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.functions.append(node)
+        self.shapes.append(_shape_names(node))
 
     def leave_FunctionDef(self, original_node, updated_node):
         self.functions.pop()
-        return updated_node
+        self.shapes.pop()
+        return updated_node.with_changes(body=_blank_before_branch_function(updated_node.body, blank=False))
+
+    def leave_Else(self, original_node, updated_node):
+        return updated_node.with_changes(body=_blank_before_branch_function(updated_node.body, blank=True))
+
+    def leave_For(self, original_node, updated_node):
+        return updated_node.with_changes(body=_blank_before_branch_function(updated_node.body, blank=True))
+
+    def leave_While(self, original_node, updated_node):
+        return updated_node.with_changes(body=_blank_before_branch_function(updated_node.body, blank=True))
+
+    def leave_With(self, original_node, updated_node):
+        return updated_node.with_changes(body=_blank_before_branch_function(updated_node.body, blank=True))
 
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
         self.depth += 1
 
     def leave_IndentedBlock(self, original_node, updated_node):
         self.depth -= 1
-        return updated_node
+        return _blank_lines_before_branch_functions(updated_node)
 
     def visit_If(self, node: cst.If) -> None:
         if m.matches(node.test, m.Call(func=m.Attribute(attr=m.Name("is_exporting")))) and node.orelse is not None:
             self.eager_arms.add(id(node.orelse))
+        if isinstance(node.orelse, cst.If):
+            self.elifs.add(id(node.orelse))  # rewritten with the `if` that holds it, as the nested `else` of a cond
 
     def leave_If(self, original_node: cst.If, updated_node: cst.If):
-        if not self.functions or id(original_node) in self.eager_arms:
+        updated_node = updated_node.with_changes(body=_blank_before_branch_function(updated_node.body, blank=True))
+        if not self.functions or id(original_node) in self.eager_arms or id(original_node) in self.elifs:
             return updated_node
-        if _data_dependent_call(original_node.test) is None:
+        if m.matches(original_node.test, m.Call(func=m.Attribute(attr=m.Name("is_exporting")))):
+            return updated_node  # emitted by a previous run
+        tests = _if_parts(original_node)[0]
+        shapes = self.shapes[-1]
+        if all(_data_dependent_call(test, shapes) is None for test in tests):
             return updated_node
-        line = self.first_line - 1 + self.positions[original_node].start.line
-        construct = _one_line(original_node.test)
+        site = original_node if _data_dependent_call(original_node.test, shapes) is not None else original_node.orelse
+        line = self.first_line - 1 + self.positions[site].start.line
+        construct = _one_line(site.test)
         try:
-            replacement, shape = self._rewrite(original_node)
+            if site is not original_node:
+                # A Python `if` whose `elif` chain holds a tensor test: the chain after it becomes a nested `else`
+                replacement, shape = self._python_if_with_tensor_elif(original_node, updated_node)
+            else:
+                statements, shape = self._rewrite(original_node, updated_node)
+                formatted = _formatted_block(statements, self.depth, self.indent).body
+                first = formatted[0].with_changes(leading_lines=original_node.leading_lines)
+                replacement = cst.FlattenSentinel([first, *formatted[1:]])
         except _Refusal as refusal:
             self.codemod.report(line, "refused", construct, str(refusal))
             return updated_node
         self.codemod.report(line, "rewritten", construct, shape)
         return replacement
 
-    def _rewrite(self, node: cst.If) -> tuple[cst.If, str]:
+    def _python_if_with_tensor_elif(self, original: cst.If, updated: cst.If) -> tuple[cst.If, str]:
+        inner_original = cst.If(test=original.orelse.test, body=original.orelse.body, orelse=original.orelse.orelse)
+        inner_updated = cst.If(test=updated.orelse.test, body=updated.orelse.body, orelse=updated.orelse.orelse)
+        if _data_dependent_call(inner_original.test, self.shapes[-1]) is None:
+            raise _Refusal("a tensor test in a later `elif` of a Python `if` chain: out of scope")
+        self.nested_originals[id(inner_original)] = original.orelse
+        statements, shape = self._rewrite(inner_original, inner_updated)
+        else_block = _formatted_block(statements, self.depth + 1, self.indent)
+        if len(else_block.body) == 1 and isinstance(else_block.body[0], cst.If):
+            return updated.with_changes(orelse=else_block.body[0]), shape  # stays an `elif` chain
+        return updated.with_changes(orelse=cst.Else(body=else_block)), shape
+
+    def _rewrite(self, original: cst.If, updated: cst.If) -> tuple[list[cst.BaseStatement], str]:
+        """The statements that replace `updated` (the `if` with its nested `if`s already rewritten); `original` is
+        the same `if` in the function as written, for the analysis of names."""
         if not self.torch_imported:
             raise _Refusal("the module does not `import torch`")
-        outer, written, form = _split_test(node.test)
-        if node.orelse is not None:
-            raise _Refusal("the `if` has an `else`/`elif` arm: out of scope of this slice")
-        statements = _small_statements(node.body)
-        if len(statements) == 1 and isinstance(statements[0], cst.Raise):
-            export, shape = [self._assertion(statements[0], node, written, form)], "raise -> torch._assert_async"
+        outer, written, form = _split_test(original.test, self.shapes[-1])
+        if outer is not None and original.orelse is not None:
+            raise _Refusal("a Python condition joined to the tensor test, with an `else`: it would run both ways")
+        body = updated.body
+        one_raise = (
+            original.orelse is None
+            and isinstance(body, cst.IndentedBlock)
+            and len(body.body) == 1
+            and isinstance(body.body[0], cst.SimpleStatementLine)
+            and len(body.body[0].body) == 1
+            and isinstance(body.body[0].body[0], cst.Raise)
+        )
+        if one_raise and form.symbolic:
+            raise _Refusal("a size test whose branch only raises: export assumes sizes >= 2 (torch._check is the fix)")
+        if one_raise:
+            export = [self._assertion(body.body[0].body[0], original, written, form)]
+            eager = original.with_changes(test=_parenthesized(written) if outer is not None else original.test)
+            exporting = cst.If(test=cst.parse_expression(IS_EXPORTING), body=cst.IndentedBlock(body=export))
+            statements, shape = [exporting.with_changes(orelse=eager.with_changes(leading_lines=[]))], "raise"
+            shape = "raise -> torch._assert_async"
         else:
-            export, shape = self._select(statements, node, form), "select -> torch.cond"
+            statements, shape = self._branches(original, updated, written, form)
         if outer is None:
-            # The eager arm is the original `if`, byte for byte
-            export_arm = _formatted_block(export, self.depth + 1, self.indent)
-            eager = node.with_changes(leading_lines=[])
-            exporting = cst.If(test=cst.parse_expression(IS_EXPORTING), body=export_arm, orelse=eager)
-            return exporting.with_changes(leading_lines=node.leading_lines), shape
-        # The Python conjuncts stay outside and the rest moves one level down: new lines, formatted as a whole
-        eager = node.with_changes(test=_parenthesized(written), leading_lines=[])
-        exporting = cst.If(test=cst.parse_expression(IS_EXPORTING), body=cst.IndentedBlock(body=export), orelse=eager)
-        wrapped = cst.If(test=_parenthesized(outer), body=cst.IndentedBlock(body=[exporting]))
-        formatted = _formatted_block([wrapped], self.depth, self.indent).body[0]
-        return formatted.with_changes(leading_lines=node.leading_lines), shape
+            return statements, shape
+        # The Python conjuncts stay outside and evaluate exactly as before
+        return [cst.If(test=_parenthesized(outer), body=cst.IndentedBlock(body=statements))], shape
+
+    def _false_block(self, original: cst.If, updated: cst.If) -> cst.IndentedBlock | None:
+        """The `else` arm as a block; an `elif` becomes a nested `if` (rewritten when its test is a tensor test)."""
+        if updated.orelse is None:
+            return None
+        if isinstance(updated.orelse, cst.Else):
+            return updated.orelse.body
+        inner_original = cst.If(test=original.orelse.test, body=original.orelse.body, orelse=original.orelse.orelse)
+        inner_updated = cst.If(test=updated.orelse.test, body=updated.orelse.body, orelse=updated.orelse.orelse)
+        if _data_dependent_call(inner_original.test, self.shapes[-1]) is None:
+            return cst.IndentedBlock(body=[inner_updated])
+        self.nested_originals[id(inner_original)] = original.orelse
+        return cst.IndentedBlock(body=self._rewrite(inner_original, inner_updated)[0])
+
+    def _branches(self, original: cst.If, updated: cst.If, written: cst.BaseExpression, form: _Form):
+        function = self.functions[-1]
+        true_block, false_block = updated.body, self._false_block(original, updated)
+        returning = false_block is not None and _ends_in_return(true_block) and _ends_in_return(false_block)
+        _check_block(true_block, returns=returning)
+        if false_block is not None:
+            _check_block(false_block, returns=returning)
+        for name in ("true_fn", "false_fn"):
+            if any(n.value == name for n in _names(function)):
+                raise _Refusal(f"the name `{name}` for a branch function is taken")
+        if returning:
+            return self._returning(true_block, false_block, written, form)
+        if _returned_values(true_block):
+            raise _Refusal("`return` in the branch")
+        if false_block is not None and _returned_values(false_block):
+            raise _Refusal("`return` in the `else` arm only")
+        blocks = [true_block] + ([false_block] if false_block is not None else [])
+        names = list(dict.fromkeys(name for block in blocks for name in _assigned_names(block)))
+        results = [name for name in names if not _branch_local(function, name)]
+        if not results:
+            raise _Refusal("the branch assigns only variables that no code after it reads")
+        anchor = self.nested_originals.get(id(original), original)
+        for block in blocks:
+            for assign in _assignments(block):
+                targets = [e for t in assign.targets for e in _target_elements(t.target)]
+                if _is_non_tensor(assign.value) and any(
+                    m.matches(t, m.Name()) and t.value in results for t in targets
+                ):
+                    raise _Refusal(
+                        f"the branch sets `{_one_line(targets[0])}` to the non-tensor value "
+                        f"`{_one_line(assign.value)}`"
+                    )
+        operands = [name for name in results if self._has_value_before(function, name, anchor)]
+        for name in results:
+            missing = [block for block in blocks if name not in _always_assigned(block)]
+            if false_block is None and name not in operands:
+                raise _Refusal(f"`{name}` has no value before the branch, so the other arm has nothing to return")
+            if false_block is None:
+                earlier = _non_tensor_value(function, name, anchor)
+                if earlier is not None:
+                    raise _Refusal(f"`{name}` may be `{earlier}` before the branch, and the other arm would return it")
+            if missing:
+                raise _Refusal(
+                    f"`{name}` is not assigned on every path of an arm: that arm would return its input unchanged, "
+                    "which torch.cond cannot alias"
+                )
+        results_code = ", ".join(results)
+        parameters = ", ".join(operands)
+        operands_code = f"({parameters},)" if len(operands) == 1 else f"({parameters})"
+        statements = [self._branch_function("true_fn", parameters, true_block, results)]
+        if false_block is None:
+            clones = ", ".join(f"{name}.clone()" for name in results)
+            false_fn = f"lambda {parameters}: {clones if len(results) == 1 else f'({clones})'}"
+        else:
+            statements.append(self._branch_function("false_fn", parameters, false_block, results))
+            false_fn = "false_fn"
+        export = cst.parse_statement(f"{results_code} = torch.cond({form.code}, true_fn, {false_fn}, {operands_code})")
+        eager_true = cst.parse_statement(f"{results_code} = true_fn({parameters})")
+        eager_false = None
+        if false_block is not None:
+            eager_false = cst.Else(
+                body=cst.IndentedBlock(body=[cst.parse_statement(f"{results_code} = false_fn({parameters})")])
+            )
+        eager = cst.If(test=_parenthesized(written), body=cst.IndentedBlock(body=[eager_true]), orelse=eager_false)
+        statements.append(
+            cst.If(test=cst.parse_expression(IS_EXPORTING), body=cst.IndentedBlock(body=[export]), orelse=eager)
+        )
+        shape = "select -> torch.cond" if false_block is None else "if/else -> torch.cond"
+        if isinstance(updated.orelse, cst.If):
+            shape = "elif chain -> nested torch.cond"
+        return statements, shape
+
+    def _returning(self, true_block, false_block, written, form):
+        """Both arms end in `return`: each becomes a function with no operands (tensors come through the closure)."""
+        for block in (true_block, false_block):
+            for statement, holder in _returned_values(block):
+                value = statement.value
+                if value is None or _is_non_tensor(value):
+                    raise _Refusal(
+                        f"the branch returns the non-tensor value `{_one_line(value) if value else 'None'}`"
+                    )
+                assigned = set(_assigned_names(holder))
+                for element in _target_elements(value):
+                    if isinstance(element, cst.Name) and element.value not in assigned:
+                        raise _Refusal(
+                            f"the branch returns `{element.value}` unchanged, which torch.cond cannot alias"
+                        )
+        statements = [
+            cst.FunctionDef(name=cst.Name("true_fn"), params=cst.Parameters(), body=true_block),
+            cst.FunctionDef(name=cst.Name("false_fn"), params=cst.Parameters(), body=false_block),
+        ]
+        export = cst.parse_statement(f"return torch.cond({form.code}, true_fn, false_fn, ())")
+        eager = cst.If(
+            test=_parenthesized(written),
+            body=cst.IndentedBlock(body=[cst.parse_statement("return true_fn()")]),
+            orelse=cst.Else(body=cst.IndentedBlock(body=[cst.parse_statement("return false_fn()")])),
+        )
+        statements.append(
+            cst.If(test=cst.parse_expression(IS_EXPORTING), body=cst.IndentedBlock(body=[export]), orelse=eager)
+        )
+        return statements, "return -> torch.cond"
+
+    @staticmethod
+    def _branch_function(name: str, parameters: str, block: cst.IndentedBlock, results: list[str]):
+        """`def name(parameters):` holding `block`, then returning `results` (a last `result = value` folds in)."""
+        body = list(block.body)
+        last = body[-1]
+        single = len(results) == 1
+        if (
+            single
+            and isinstance(last, cst.SimpleStatementLine)
+            and len(last.body) == 1
+            and isinstance(last.body[0], cst.Assign)
+            and len(last.body[0].targets) == 1
+            and m.matches(last.body[0].targets[0].target, m.Name(results[0]))
+        ):
+            body[-1] = last.with_changes(body=[cst.Return(value=last.body[0].value)])
+        else:
+            body.append(cst.parse_statement(f"return {', '.join(results)}"))
+        params = cst.parse_statement(f"def f({parameters}): pass").params
+        return cst.FunctionDef(name=cst.Name(name), params=params, body=block.with_changes(body=body))
 
     def _assertion(self, statement: cst.Raise, node: cst.If, written: cst.BaseExpression, form: _Form):
         # The message is evaluated in eager only, so what it calls does not matter to export
@@ -517,50 +923,41 @@ class _Rewriter(_Statements, cst.CSTTransformer):
             holds = form.negated()
         return cst.parse_statement(f"torch._assert_async({holds.code}, {message})")
 
-    def _select(self, statements: list[cst.BaseSmallStatement], node: cst.If, form: _Form) -> list[cst.BaseStatement]:
-        function = self.functions[-1]
-        targets = [(_assigned_name(statement), statement.value) for statement in map(_branch_assignment, statements)]
-        names = list(dict.fromkeys(name for name, _ in targets))
-        results = [name for name in names if not _branch_local(function, name)]
-        if len(results) != 1:
-            if not results:
-                raise _Refusal("the branch assigns only variables that no code after it reads")
-            listed = ", ".join(f"`{name}`" for name in results)
-            raise _Refusal(f"the branch assigns several variables that live on after it: {listed}")
-        result = results[0]
-        for name, value in targets:
-            if name == result and _is_non_tensor(value):
-                raise _Refusal(f"the branch sets `{result}` to the non-tensor value `{_one_line(value)}`")
-        earlier = _non_tensor_value(function, result, node)
-        if earlier is not None:
-            raise _Refusal(f"`{result}` may be `{earlier}` before the branch, and the other arm would return it")
-        if not self._has_value_before(function, result, node):
-            raise _Refusal(f"`{result}` has no value before the branch, so the other arm has nothing to return")
-        branch = f"updated_{result}"
-        if any(n.value == branch for n in _names(function)):
-            raise _Refusal(f"the name `{branch}` for the branch function is taken")
-        body = list(node.body.body)
-        if targets[-1][0] == result and len(body[-1].body) == 1:
-            # The last assignment computes the result: return its value
-            body[-1] = cst.SimpleStatementLine(
-                body=[cst.Return(value=targets[-1][1])], leading_lines=body[-1].leading_lines
-            )
-        else:
-            body.append(cst.parse_statement(f"return {result}"))
-        definition = cst.FunctionDef(
-            name=cst.Name(branch),
-            params=cst.Parameters(params=[cst.Param(cst.Name(result))]),
-            body=cst.IndentedBlock(body=body),
-        )
-        call = f"{result} = torch.cond({form.code}, {branch}, lambda {result}: {result}.clone(), ({result},))"
-        return [definition, cst.parse_statement(call)]
-
     @staticmethod
     def _has_value_before(function: cst.FunctionDef, name: str, node: cst.If) -> bool:
         """Whether `name` occurs (as a parameter, a target or a read) before `node` in source order."""
         visitor = _NamesBefore(node)
         function.visit(visitor)
         return any(found.value == name for found in visitor.found)
+
+
+def _blank_before_branch_function(block: cst.BaseSuite, blank: bool) -> cst.BaseSuite:
+    """Black's layout of a branch function that opens a block: a blank line before it, except in a `def`."""
+    if not isinstance(block, cst.IndentedBlock) or not block.body:
+        return block
+    first = block.body[0]
+    if not (isinstance(first, cst.FunctionDef) and first.name.value in ("true_fn", "false_fn")):
+        return block
+    if any(line.comment is not None for line in first.leading_lines):
+        return block
+    leading = [cst.EmptyLine(indent=False)] if blank else []
+    if len(first.leading_lines) == len(leading):
+        return block
+    return block.with_changes(body=[first.with_changes(leading_lines=leading), *block.body[1:]])
+
+
+def _blank_lines_before_branch_functions(block: cst.IndentedBlock) -> cst.IndentedBlock:
+    """Black's layout: a branch function that follows other code in its block has a blank line before it."""
+    body = list(block.body)
+    for index in range(1, len(body)):
+        stmt = body[index]
+        if not (isinstance(stmt, cst.FunctionDef) and stmt.name.value in ("true_fn", "false_fn")):
+            continue
+        if isinstance(body[index - 1], cst.FunctionDef):
+            continue
+        if not stmt.leading_lines or stmt.leading_lines[0].comment is not None:
+            body[index] = stmt.with_changes(leading_lines=[cst.EmptyLine(indent=False), *stmt.leading_lines])
+    return block.with_changes(body=body)
 
 
 def _is_non_tensor(value: cst.BaseExpression) -> bool:
@@ -617,13 +1014,15 @@ def _imports_torch(tree: cst.Module) -> bool:
 class CondBranches(Codemod):
     NAME = "cond-branches"
     DESCRIPTION = (
-        "Data-dependent `if`s: raise-only branches become run-time asserts and single-variable updates torch.cond "
-        "under export; eager keeps the original `if`."
+        "Data-dependent `if`s: raise-only branches become run-time asserts, branches torch.cond under export (each "
+        "arm emitted once as a function that eager calls through the plain `if`)."
     )
 
     @classmethod
     def might_apply(cls, source: str) -> bool:
-        return any(marker in source for marker in (".any(", ".all(", ".item()", "torch.equal("))
+        markers = (".any(", ".all(", ".item()", "torch.equal(", ".shape", ".size(")
+        markers += tuple(f".{name}(" for name in sorted(_VALUE_REDUCTIONS))
+        return any(marker in source for marker in markers)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         module = self.context.full_module_name

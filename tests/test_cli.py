@@ -67,23 +67,54 @@ def test_diff_prints_the_upstream_patch():
     assert "+@register_cache_pytree_node\n class MiniMaxCache(DynamicCache):" in result.stdout
 
 
-def test_rewrite_prints_or_writes_and_reports_findings(tmp_path):
+def test_rewrite_prints_a_diff_or_writes_and_reports_findings(tmp_path):
     result = run("rewrite", str(FIXTURE))
     assert result.exit_code == 0
-    assert result.stdout == FIXTURE.with_name("remote_code.out.py").read_text()
+    rewritten = FIXTURE.with_name("remote_code.out.py").read_text()
+    assert result.stdout.startswith(f"diff --git a/{FIXTURE.as_posix()} b/{FIXTURE.as_posix()}\n")
+    assert "+@register_cache_pytree_node" in result.stdout
     assert "rewritten class RemoteCache" in result.stderr
     out = tmp_path / "out.py"
     assert run("rewrite", str(FIXTURE), "-o", str(out)).exit_code == 0
-    assert out.read_text() == result.stdout
+    assert out.read_text() == rewritten
+
+
+def test_rewrite_write_in_place_with_a_chosen_codemod(tmp_path):
+    source = (ROOT / "tests" / "fixtures" / "cond_branches" / "select_shapes.in.py").read_text()
+    target = tmp_path / "pkg" / "model.py"
+    target.parent.mkdir()
+    target.write_text(source)
+    untouched = tmp_path / "pkg" / "plain.py"
+    untouched.write_text("x = 1\n")
+    # cache-pytree alone finds nothing here
+    assert run("rewrite", str(target), "--codemod", "cache-pytree", "--write").exit_code == 0
+    assert target.read_text() == source
+    result = run("rewrite", str(tmp_path / "pkg"), "--codemod", "cond-branches", "--write")
+    assert result.exit_code == 0 and result.stdout == ""
+    assert "torch.cond(" in target.read_text() and untouched.read_text() == "x = 1\n"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["model.py", "plain.py"]  # no temporary left
+    # A second run changes nothing: the diff is empty
+    again = run("rewrite", str(target))
+    assert again.exit_code == 0 and again.stdout == ""
 
 
 def test_rewrite_of_bad_input_is_a_one_line_error(tmp_path):
     broken = tmp_path / "broken.py"
     broken.write_text("def f(:\n")
-    for path in (broken, tmp_path / "missing.py"):
-        result = run("rewrite", str(path))
-        assert result.exit_code == 2
-        assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: ")
+    good = tmp_path / "good.py"
+    good.write_text((ROOT / "tests" / "fixtures" / "cond_branches" / "select_shapes.in.py").read_text())
+    before = good.read_text()
+    for args in (
+        [str(broken)],
+        [str(tmp_path / "missing.py")],
+        [str(good), str(broken), "--write"],  # nothing is written when one input is bad
+        [str(good), "--codemod", "no-such-codemod"],
+        [str(good), str(good), "-o", str(tmp_path / "out.py")],
+    ):
+        result = run("rewrite", *args)
+        assert result.exit_code == 2, args
+        assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: "), args
+    assert good.read_text() == before
 
 
 def test_verify_needs_a_generated_package(tmp_path):

@@ -149,10 +149,48 @@ def test_cond_branches_reports_each_rewrite_with_its_shape():
     ]
 
 
+def test_cond_branches_rewrites_size_tests_that_export_would_specialise():
+    change, findings = _cond_findings("select_size_tests")
+    assert [(line, kind, construct, reason) for line, kind, construct, reason in findings] == [
+        (6, "rewritten", "q_len == 1", "if/else -> torch.cond"),
+        (14, "rewritten", "hidden_states.size(1) > 1", "select -> torch.cond"),
+        (22, "rewritten", "q_len == kv_len", "if/else -> torch.cond"),
+        (
+            30,
+            "refused",
+            "hidden_states.shape[0] == 0",
+            "a size test whose branch only raises: export assumes sizes >= 2 (torch._check is the fix)",
+        ),
+    ]  # `if seq_len == 1` on a parameter (line 38) is not known to be a size: silent
+    # The predicate is the size test itself: a SymBool under export
+    assert "scores = torch.cond(q_len == 1, true_fn, false_fn, ())" in change.rewritten
+
+
+_ALIAS = (
+    "is not assigned on every path of an arm: that arm would return its input unchanged, which torch.cond cannot alias"
+)
+
+
+def test_cond_branches_reports_every_shape_it_rewrites():
+    change, findings = _cond_findings("select_shapes")
+    assert [(line, kind, reason) for line, kind, _, reason in findings] == [
+        (5, "rewritten", "if/else -> torch.cond"),
+        (15, "rewritten", "elif chain -> nested torch.cond"),
+        (25, "rewritten", "return -> torch.cond"),
+        (33, "rewritten", "select -> torch.cond"),
+        (39, "rewritten", "select -> torch.cond"),  # nested: rewritten inside the outer branch function
+        (47, "rewritten", "select -> torch.cond"),
+        (53, "rewritten", "select -> torch.cond"),  # a comparison of a whole-tensor reduction
+        (59, "rewritten", "if/else -> torch.cond"),  # `.item()` of an `all` test: the tensor form drops it
+    ]
+    # Each branch body is emitted once, as a function; eager calls it, export passes it to torch.cond
+    assert change.rewritten.count("hidden_states = hidden_states * scale") == 1
+    assert change.rewritten.count("masked = logits.masked_fill(mask, -1.0)") == 1
+
+
 @pytest.mark.parametrize(
     "case, expected",
     [
-        ("refuse_else_arm", [(5, "mask.any()", "the `if` has an `else`/`elif` arm: out of scope of this slice")]),
         (
             "refuse_attribute_write",
             [(7, "torch.isnan(hidden_states).any()", "the branch writes the attribute `self.saw_nan`")],
@@ -183,16 +221,33 @@ def test_cond_branches_reports_each_rewrite_with_its_shape():
                 ),
                 (13, "mask.any()", "the branch assigns to `inputs_embeds[mask]` in place"),
                 (15, "mask.any()", "the branch calls the in-place `.masked_fill_(...)`"),
+                (17, "mask.any()", "`offset` has no value before the branch, so the other arm has nothing to return"),
+            ],
+        ),
+        (
+            "refuse_shapes",
+            [
+                (5, "(gate > 0).any()", f"`gate` {_ALIAS}"),
+                (14, "mask.any()", "the branch returns the non-tensor value `None`"),
+                (21, "mask.any()", "the branch returns `logits` unchanged, which torch.cond cannot alias"),
+                (28, "hidden_states.isnan().any()", "the branch has an assignment expression, `yield` or `await`"),
                 (
-                    17,
-                    "mask.any()",
-                    "the branch assigns several variables that live on after it: `offset`, `inputs_embeds`",
+                    34,
+                    "training and hidden_states.isnan().any()",
+                    "a Python condition joined to the tensor test, with an `else`: it would run both ways",
+                ),
+                (42, "(scores > 0).all()", "the branch sets `scale` to the non-tensor value `1.0`"),
+                (50, "hidden_states.isnan().any()", "the name `true_fn` for a branch function is taken"),
+                (56, "hidden_states.isnan().any()", f"`hidden_states` {_ALIAS}"),
+                (
+                    63,
+                    "(seq_len > self.max_seq_len_cached).any()",
+                    "the branch calls `.register_buffer(...)`, which mutates its object",
                 ),
             ],
         ),
         ("no_torch_import", [(6, "hidden_states.isnan().any()", "the module does not `import torch`")]),
-        # Not a tensor test (a shape test: another codemod's business), and a shared module: silent
-        ("not_a_tensor_test", []),
+        # A shared module: silent
         ("shared_module", []),
     ],
 )

@@ -72,6 +72,12 @@ def _targets(program: torch.export.ExportedProgram) -> list[str]:
     return [str(node.target) for node in program.graph.nodes if node.op == "call_function"]
 
 
+def _conds(program: torch.export.ExportedProgram) -> int:
+    """`cond` nodes in the program and in its branch subgraphs (a nested cond lives in its parent's branch)."""
+    graphs = [module.graph for module in program.graph_module.modules() if isinstance(module, torch.fx.GraphModule)]
+    return sum(1 for graph in graphs for node in graph.nodes if node.target is torch.ops.higher_order.cond)
+
+
 def _raises(function, *args) -> tuple[type, str]:
     with pytest.raises(Exception) as info:
         function(*args)
@@ -259,3 +265,150 @@ def test_select_branch_exports_with_cond_and_matches_eager_in_both_arms(case, na
         expected = before(*args, *constants)
         assert_identical(after(*args, *constants), expected)
         assert_identical(program.module()(*args), expected)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Every shape of `select_shapes`: if/else, several results, elif chains, both-arm returns, nested ifs
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _flat(value) -> list[torch.Tensor]:
+    return list(value) if isinstance(value, (tuple, list)) else [value]
+
+
+_GATE = torch.tensor([[-1.0, 2.0, 0.5], [0.25, -3.0, 1.0]])
+SHAPE_CASES = [
+    # function, constants, traced input, inputs that take each arm (and other sizes), conds in the program
+    (
+        "several_results",
+        (torch.tensor(1.5),),
+        (torch.randn(2, 3, generator=torch.Generator().manual_seed(0)), _GATE),
+        [(torch.ones(3, 4), -torch.ones(3, 4)), (torch.ones(1, 2), torch.tensor([[0.0, 1.0]]))],
+        1,
+    ),
+    (
+        "elif_chain",
+        (0.5,),
+        (torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]]),),
+        [
+            (torch.tensor([[1.0, 2.0], [0.75, 3.0]]),),  # all above: first arm
+            (torch.tensor([[-1.0, -2.0, -0.75]]),),  # all below: elif arm
+            (torch.tensor([[1.0], [-1.0], [0.0]]),),  # else arm
+        ],
+        2,
+    ),
+    (
+        "both_arms_return",
+        (),
+        (torch.randn(2, 3, generator=torch.Generator().manual_seed(1)), torch.tensor([[True, False, False]] * 2)),
+        [
+            (torch.randn(3, 4, generator=torch.Generator().manual_seed(2)), torch.zeros(3, 4, dtype=torch.bool)),
+            (torch.randn(1, 2, generator=torch.Generator().manual_seed(3)), torch.tensor([[False, True]])),
+        ],
+        1,
+    ),
+    (
+        "nested_ifs",
+        (True, torch.tensor(0.25)),
+        (torch.tensor([[1.0, float("nan"), 3.0], [4.0, 5.0, 6.0]]),),
+        [
+            (torch.tensor([[1.0, 2.0], [3.0, 4.0]]),),  # no NaN: outer arm not taken
+            (torch.tensor([[float("nan"), 3.0, 4.0]]),),  # NaN, then all > 1 after the bias: inner arm taken
+            (torch.tensor([[float("nan")], [-4.0]]),),  # NaN, inner arm not taken
+        ],
+        2,
+    ),
+    (
+        "reduction_comparison",
+        (torch.tensor(1.0),),
+        (torch.tensor([[0.5, 0.25, 1.0], [0.0, 0.5, 0.5]]),),
+        [(torch.tensor([[0.1, 0.2], [0.3, 0.1]]),), (torch.tensor([[2.0, 3.0, 1.0, 1.0]]),)],
+        1,
+    ),
+    (
+        # the arms give different sizes: torch.cond returns an unbacked size
+        "item_of_a_test",
+        (7,),
+        (torch.tensor([[3, 4, 5], [1, 2, 3]]),),
+        [(torch.tensor([[7, 4], [7, 2]]),), (torch.tensor([[1, 2, 3, 4, 5]]),)],
+        1,
+    ),
+    (
+        "tensor_elif_after_python_test",
+        (False,),
+        (torch.tensor([[1.0, -2.0, 3.0], [4.0, 5.0, 6.0]]),),
+        [(torch.tensor([[1.0, 2.0], [3.0, 4.0]]),), (torch.tensor([[-1.0, 2.0, -3.0]]),)],
+        1,
+    ),
+]
+
+
+@pytest.mark.parametrize("name, constants, traced, arms, conds", SHAPE_CASES, ids=[c[0] for c in SHAPE_CASES])
+def test_every_shape_takes_both_arms_in_eager_and_in_the_exported_program(name, constants, traced, arms, conds):
+    original, rewritten = _original_and_rewritten("select_shapes")
+    before, after = getattr(original, name), getattr(rewritten, name)
+    module = _Call(after, *constants)
+    program = _export(module, traced)
+    assert _conds(program) == conds
+    for args in (traced, *arms):
+        expected = _flat(before(*args, *constants))
+        for actual in (_flat(after(*args, *constants)), _flat(program.module()(*args))):
+            assert len(actual) == len(expected)
+            for a, e in zip(actual, expected):
+                assert_identical(a, e)
+
+
+def test_the_python_test_before_a_tensor_elif_is_taken_at_trace_time():
+    original, rewritten = _original_and_rewritten("select_shapes")
+    args = (torch.tensor([[-1.0, 2.0]]),)
+    program = _export(_Call(rewritten.tensor_elif_after_python_test, True), args)
+    assert "cond" not in _targets(program)
+    assert_identical(program.module()(*args), original.tensor_elif_after_python_test(*args, True))
+
+
+def test_eager_never_enters_torch_cond(monkeypatch):
+    _, rewritten = _original_and_rewritten("select_shapes")
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("torch.cond called in eager")
+
+    monkeypatch.setattr(torch, "cond", forbidden)
+    rewritten.several_results(torch.ones(2, 2), torch.ones(2, 2), 2.0)
+    rewritten.elif_chain(torch.ones(2, 2), 0.5)
+    rewritten.both_arms_return(torch.ones(2, 2), torch.ones(2, 2, dtype=torch.bool))
+    rewritten.nested_ifs(torch.full((2, 2), float("nan")), True, 2.0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Size tests: traced at sizes >= 2, the program must still take the other arm at size 1
+# ----------------------------------------------------------------------------------------------------------------
+
+_Q = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(4))
+_K = torch.randn(2, 5, 4, generator=torch.Generator().manual_seed(5))
+SIZE_CASES = [
+    # function, traced input, inputs at other sizes (the other arm among them)
+    ("decode_or_prefill", (_Q, _K), [(_Q[:, :1], _K), (_Q[:1, :2], _K[:1, :4])]),
+    ("squeeze_single_step", (_Q,), [(_Q[:, :1],), (_K,)]),
+]
+# `same_lengths` (q_len == kv_len) is rewritten but does not export on torch 2.13: torch.cond rejects the
+# `Max(1, s)` strides of its slices ("output stride is not a simple accumulative multiplication of sizes").
+
+
+@pytest.mark.parametrize("name, traced, others", SIZE_CASES, ids=[c[0] for c in SIZE_CASES])
+def test_size_test_exported_at_one_size_is_right_at_the_other(name, traced, others):
+    original, rewritten = _original_and_rewritten("select_size_tests")
+    before, after = getattr(original, name), getattr(rewritten, name)
+    program = _export(_Call(after), traced)
+    assert _conds(program) == 1
+    for args in (traced, *others):
+        expected = before(*args)
+        assert_identical(after(*args), expected)
+        assert_identical(program.module()(*args), expected)
+
+
+def test_the_original_size_test_is_silently_specialised():
+    """Why the rewrite: the original exports with no guard and gives a wrong answer at size 1."""
+    original, _ = _original_and_rewritten("select_size_tests")
+    program = _export(_Call(original.squeeze_single_step), (_Q,))
+    single = _Q[:, :1]
+    assert not torch.equal(program.module()(single), original.squeeze_single_step(single))

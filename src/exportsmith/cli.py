@@ -160,24 +160,57 @@ def check(
 
 @app.command()
 def rewrite(
-    path: Path = typer.Argument(..., help="Any Python file, e.g. a model's remote code."),
-    output: Path = typer.Option(None, "-o", "--output", help="Write here instead of printing."),
+    paths: list[Path] = typer.Argument(..., help="Python files (directories: their *.py files), e.g. remote code."),
+    codemod: list[str] = typer.Option(None, "--codemod", "-c", help="Apply only this codemod (repeatable)."),
+    write: bool = typer.Option(False, "--write", "-w", help="Rewrite the files in place (atomically)."),
+    output: Path = typer.Option(None, "-o", "--output", help="Write the rewritten file here (one PATH only)."),
 ):
-    """Apply the codemods to PATH; print the result (or write it to OUTPUT) and the findings on stderr."""
+    """Apply the codemods to PATHs: print a unified diff (or write in place / to OUTPUT); findings go to stderr.
+    Every file is read and parsed before anything is written."""
+    by_name = {c.NAME: c for c in ALL_CODEMODS}
+    unknown = [name for name in codemod or [] if name not in by_name]
+    if unknown:
+        raise _fail(f"unknown codemod {unknown[0]!r}; one of: {', '.join(by_name)}")
+    selected = tuple(c for c in ALL_CODEMODS if not codemod or c.NAME in codemod)
+    if write and output is not None:
+        raise _fail("pass --write or -o OUT, not both")
+    files = [f for path in paths for f in (sorted(path.rglob("*.py")) if path.is_dir() else [path])]
+    if output is not None and len(files) != 1:
+        raise _fail(f"-o OUT takes one file; {len(files)} given")
+    changes = []
+    for path in files:
+        try:
+            source = path.read_text(encoding="utf-8")
+        except USER_ERRORS as error:
+            raise _fail(f"cannot read {path}: {error}") from None
+        change = run_codemods(source, path.as_posix(), codemods=selected)
+        if change.error:
+            raise _fail(f"{path}: {change.error}")
+        changes.append((path, change))
+    for path, change in changes:
+        for finding in change.findings:
+            _say(str(finding))
+        if output is not None:
+            _write_atomically(output, change.rewritten)
+        elif write:
+            if change.changed:
+                _write_atomically(path, change.rewritten)
+        else:
+            sys.stdout.write(change.diff(prefix=""))
+        _say(f"{path}: {'rewritten by ' + ', '.join(change.applied) if change.changed else 'unchanged'}")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file in the same directory: readers never see half a file."""
+    temporary = path.with_name(f".{path.name}.exportsmith-tmp")
     try:
-        source = path.read_text(encoding="utf-8")
-    except USER_ERRORS as error:
-        raise _fail(f"cannot read {path}: {error}") from None
-    change = run_codemods(source, path.as_posix())
-    if change.error:
-        raise _fail(f"{path}: {change.error}")
-    for finding in change.findings:
-        _say(str(finding))
-    if output is None:
-        sys.stdout.write(change.rewritten)
-    else:
-        output.write_text(change.rewritten, encoding="utf-8")
-    _say(f"{path}: {'rewritten by ' + ', '.join(change.applied) if change.changed else 'unchanged'}")
+        temporary.write_text(text, encoding="utf-8")
+        if path.exists():
+            os.chmod(temporary, path.stat().st_mode)
+        os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        raise _fail(f"cannot write {path}: {error}") from None
 
 
 SUBJECT_HELP = (
