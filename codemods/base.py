@@ -37,6 +37,9 @@ class Codemod(LibcstCodemod):
 
     NAME: str = ""
     DESCRIPTION: str = ""
+    # The shared module (dotted) whose vendored rewrite depends on this codemod accepting the model module: a model
+    # module where it refuses something keeps importing transformers' own copy of that module
+    SHARED_MODULE: str | None = None
 
     @classmethod
     def might_apply(cls, source: str) -> bool:

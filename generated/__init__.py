@@ -8,12 +8,12 @@ pytree nodes (`_shared/cache_utils.py`).
 import importlib.metadata as _metadata
 
 TRANSFORMERS_VERSION = "5.24.0"
-MODELS = ('bert', 'gpt2', 'granite', 'llama', 'mistral', 'mixtral', 'olmo2', 'phi3', 'qwen2', 'qwen2_moe', 'qwen3', 't5', 'vit', 'wav2vec2')
+MODELS = ('bert', 'gemma3', 'gpt2', 'granite', 'llama', 'mistral', 'mixtral', 'olmo2', 'phi3', 'qwen2', 'qwen2_moe', 'qwen3', 't5', 'vit', 'wav2vec2')
 
 if _metadata.version("transformers") != TRANSFORMERS_VERSION:
     raise ImportError(
         f"this generated package was built for transformers {TRANSFORMERS_VERSION}, but transformers "
-        f"{_metadata.version('transformers')} is installed; regenerate it with: exportsmith generate bert gpt2 granite llama mistral mixtral olmo2 phi3 qwen2 qwen2_moe qwen3 t5 vit wav2vec2 --out <this directory>"
+        f"{_metadata.version('transformers')} is installed; regenerate it with: exportsmith generate bert gemma3 gpt2 granite llama mistral mixtral olmo2 phi3 qwen2 qwen2_moe qwen3 t5 vit wav2vec2 --out <this directory>"
     )
 
 from ._shared import cache_utils as _cache_utils  # noqa: E402,F401 (registers the cache pytree nodes)

@@ -276,3 +276,93 @@ def test_an_import_that_grows_past_the_line_length_is_parenthesized_one_name_a_l
     assert code.startswith(f"from ...cache_utils import (\n{expected}    register_cache_pytree_node,\n)\n\nx = 1")
     short = add_from_import(cst.parse_module("from ...cache_utils import Cache\n"), "cache_utils", 3, "Dynamic")
     assert short.code == "from ...cache_utils import Cache, Dynamic\n"
+
+
+def _vmap_findings(case: str):
+    change = _run(FIXTURES / "vmap_masks" / f"{case}.in.py")
+    return change, [(f.line, f.kind, f.construct, f.reason) for f in change.findings]
+
+
+def test_vmap_masks_rewrites_the_expansion_helpers_of_both_transformers_lines():
+    for case, helper, line in (
+        ("masking_utils_expansion", "_vmap_expansion_sdpa", 33),
+        ("vmap_for_bhqkv", "_vmap_for_bhqkv", 8),
+    ):
+        change, findings = _vmap_findings(case)
+        assert findings == [
+            (line, "rewritten", f"def {helper}", "nested torch.vmap -> broadcast index tensors + expand")
+        ]
+        assert "torch.vmap(" not in change.rewritten and "TransformGetItemToIndex" not in change.rewritten
+    # Broadcast-safe mask functions of the module are left byte-identical
+    change, _ = _vmap_findings("masking_utils_expansion")
+    assert "return padding_mask[batch_idx, kv_idx]" in change.rewritten
+    assert "return abs(q_idx - kv_idx) <= sliding_window" in change.rewritten
+
+
+def test_vmap_masks_makes_mask_functions_broadcast_safe_and_says_what_it_did():
+    _, findings = _vmap_findings("chained_indexing")
+    assert [(line, kind, reason) for line, kind, _, reason in findings] == [
+        (8, "rewritten", "x[i][j] -> x[i, j]"),
+        (8, "rewritten", "x[i][j] -> x[i, j]"),
+        (9, "rewritten", "x[i][j] -> x[i, j]"),
+        (9, "rewritten", "x[i][j] -> x[i, j]"),
+        (17, "rewritten", "max -> tensor op"),
+        (18, "rewritten", "min -> tensor op"),
+        (25, "rewritten", "a if c else b -> torch.where(c, a, b)"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        (
+            "refuse_not_broadcast_safe",
+            [
+                (
+                    8,
+                    "q_idx - kv_idx > window",
+                    "Python `if` on an index value: its truth value is one element under vmap only",
+                ),
+                (17, "lengths[batch_idx].sum()", "`.sum()` of an index value is not elementwise"),
+                (
+                    18,
+                    "(kv_idx < total) and (q_idx.shape[0] > 0)",
+                    "`and`/`or` on an index value: Python truth value of a tensor",
+                ),
+                (18, "q_idx.shape", "`.shape` of an index value: 0-d under vmap, 4-D when broadcast"),
+                (25, "table[rows][kv_idx]", "chained indexing whose inner index is not an index value or an int"),
+                (
+                    30,
+                    "def _vmap_expansion_sdpa",
+                    "the module's mask functions at lines 7, 16, 24 are not broadcast-safe",
+                ),
+            ],
+        ),
+        (
+            "refuse_dimensions",
+            [
+                (6, "def expansion_from_argument", "`dimensions` is not a literal list of one-axis in_dims tuples"),
+                (
+                    13,
+                    "def expansion_out_dims",
+                    "a torch.vmap loop of another shape than f = torch.vmap(f, in_dims=dims, out_dims=0); return f",
+                ),
+                (20, "def expansion_two_axes", "`dimensions` is not a literal list of one-axis in_dims tuples"),
+            ],
+        ),
+    ],
+)
+def test_vmap_masks_refusals_leave_the_module_unchanged_and_say_why(case, expected):
+    change, findings = _vmap_findings(case)
+    assert not change.changed and change.applied == ()
+    assert findings == [(line, "refused", construct, reason) for line, construct, reason in expected]
+
+
+def test_vmap_masks_emits_transformers_style():
+    import black
+
+    for path in sorted((FIXTURES / "vmap_masks").glob("*.out.py")):
+        if path.name.startswith("masking_utils_expansion"):
+            continue  # its input keeps a hand-wrapped call that black would join; the rewrite never touches it
+        text = path.read_text()
+        assert black.format_str(text, mode=black.Mode(line_length=119)) == text, path.name

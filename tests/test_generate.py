@@ -107,8 +107,8 @@ def test_write_is_atomic_and_check_sees_staleness(tmp_path, rendered):
 def test_upstream_patch_applies_to_the_installed_tree(tmp_path, rendered):
     tree = tmp_path / "transformers-src"
     patch = "".join(change.diff() for change in rendered.changes)
-    # cache_utils, and minimax with its modular source; the other models are unchanged
-    assert patch.count("diff --git a/src/transformers/") == 3
+    # cache_utils, masking_utils, and minimax with its modular source; the other models are unchanged
+    assert patch.count("diff --git a/src/transformers/") == 4
     for change in rendered.changes:
         target = tree / "src" / "transformers" / change.relpath
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -174,3 +174,31 @@ def test_regeneration_keeps_verification_records_and_check_ignores_them(tmp_path
     files = {path: text for path, text in rendered.files.items() if not path.startswith("llama/")}
     write_tree(files, out)  # llama is gone: so is its record
     assert not (out / "llama").exists()
+
+
+def test_a_shared_module_rewritten_in_place_is_vendored_whole_and_models_import_it(rendered):
+    text = rendered.files["_shared/masking_utils.py"]
+    assert "# codemods: vmap-masks" in text
+    assert "torch.vmap(" not in text and "TransformGetItemToIndex" not in text
+    assert "def sdpa_mask(" in text and "from transformers.cache_utils import Cache\n" in text
+    compile(text, "masking_utils.py", "exec")
+    assert "from .._shared.masking_utils import create_causal_mask\n" in rendered.files["llama/modeling_llama.py"]
+    assert "diff --git a/src/transformers/masking_utils.py" in rendered.files["_shared/upstream.patch"]
+
+
+def test_a_model_module_with_a_refused_mask_function_keeps_the_original_masking_utils():
+    from codemods.base import Finding
+    from exportsmith.generate import shared_redirects
+
+    provided = {
+        "transformers.masking_utils": frozenset({"create_causal_mask"}),
+        "transformers.cache_utils": frozenset({"x"}),
+    }
+    refused = Finding("m.py", 3, "vmap-masks", "refused", "q_idx.shape", "reason")
+    source = "from ...masking_utils import create_causal_mask\n"
+    change = Change("models/toy/modeling_toy.py", source, source, findings=(refused,))
+    assert shared_redirects(change, provided) == {"transformers.cache_utils": frozenset({"x"})}
+    text = vendor_module(change, "transformers.models.toy.modeling_toy", "1", shared_redirects(change, provided), "r")
+    assert "from transformers.masking_utils import create_causal_mask\n" in text
+    clean = Change("models/toy/modeling_toy.py", source, source)
+    assert shared_redirects(clean, provided) == provided

@@ -33,7 +33,7 @@ from transformers.backbone_utils import filter_output_hidden_states
 from transformers.integrations.accelerate import force_accelerate_hooks
 from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 from transformers.integrations.fsdp import is_fsdp_managed_module
-from transformers.masking_utils import create_bidirectional_mask
+from .._shared.masking_utils import create_bidirectional_mask
 from transformers.modeling_flash_attention_utils import FlashAttentionKwargs
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (

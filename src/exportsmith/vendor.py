@@ -1,13 +1,16 @@
 """Renders `Change`s as the vendored package: `generated/<module>/` importable next to the installed transformers.
 
 The vendored form is the upstream form plus three things: relative imports made absolute (`from ...cache_utils` ->
-`from transformers.cache_utils`), imports of names that only a rewritten shared module defines redirected to its
-vendored rendering (`from .._shared.cache_utils import register_cache_pytree_node`), and a header naming the
-transformers version, the source file's sha256 and the codemods applied.
+`from transformers.cache_utils`), imports of names that a vendored shared module provides redirected to it
+(`from .._shared.cache_utils import register_cache_pytree_node`, `from .._shared.masking_utils import
+create_causal_mask`), and a header naming the transformers version, the source file's sha256 and the codemods
+applied.
 
-A shared module whose rewrite only adds statements (cache_utils: the pytree registrations) is vendored as an
-extension: the added statements, importing what they use from the installed module, so models keep using
-transformers' own classes. Any other kind of shared rewrite is refused until a codemod needs it.
+A shared module that any codemod changes is vendored once under `generated/_shared/`, by one of two renderings
+(`vendor_shared`): a rewrite that only adds statements (cache_utils: the pytree registrations) as an extension, the
+added statements importing what they use from the installed module, so models keep using transformers' own classes
+and import only the added names from `_shared`; any other rewrite (masking_utils: the vmap mask expansion) as a whole
+module, rendered like a model module, and models import every name it defines from `_shared`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import builtins
 import hashlib
 import re
 
+import black
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
@@ -23,6 +27,7 @@ from . import __version__
 from .pipeline import Change
 
 SHARED_PACKAGE = "_shared"
+BLACK = black.Mode(line_length=119)
 
 
 class VendorError(Exception):
@@ -49,6 +54,15 @@ def _absolute(module_name: str, node: cst.ImportFrom) -> str:
     return ".".join([*package, dotted] if dotted else package)
 
 
+def shared_prefix(module_name: str) -> str:
+    """The relative import prefix from a vendored module to the vendored shared package: `.._shared.` from
+    `generated/<model>/<file>.py`, `.` from `generated/_shared/<file>.py` (shared modules vendor side by side)."""
+    parts = module_name.split(".")[1:]
+    if parts[0] == "models":  # transformers.models.<module>.<file> -> generated.<module>.<file>
+        return "." * (len(parts) - 1) + f"{SHARED_PACKAGE}."
+    return "." * len(parts)
+
+
 def _module_expr(dotted: str) -> cst.BaseExpression:
     return cst.parse_expression(dotted)
 
@@ -56,10 +70,10 @@ def _module_expr(dotted: str) -> cst.BaseExpression:
 class _VendorImports(cst.CSTTransformer):
     """Makes relative imports absolute; splits off names that only a vendored shared module defines."""
 
-    def __init__(self, module_name: str, added_names: dict[str, frozenset[str]], depth: int) -> None:
+    def __init__(self, module_name: str, added_names: dict[str, frozenset[str]]) -> None:
         self.module_name = module_name
-        self.added_names = added_names  # dotted shared module -> names only its rewrite defines
-        self.depth = depth  # package levels between this module and the generated package
+        self.added_names = added_names  # dotted shared module -> names its vendored rendering provides
+        self.shared_prefix = shared_prefix(module_name)
 
     def leave_SimpleStatementLine(
         self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
@@ -77,13 +91,21 @@ class _VendorImports(cst.CSTTransformer):
         if not moved:
             return updated_node.with_changes(body=[absolute])
         shared = target.removeprefix("transformers.")
-        dots = "." * (self.depth + 1)
-        names = ", ".join(alias.evaluated_name for alias in moved)
-        redirect = cst.parse_statement(f"from {dots}{SHARED_PACKAGE}.{shared} import {names}")
+        # The original statement with another source, so its layout (parentheses, one name a line) survives
+        location = cst.parse_statement(f"from {self.shared_prefix}{shared} import x").body[0]
+        redirect = node.with_changes(relative=location.relative, module=location.module, names=_ending(moved, node))
         if not kept:
-            return redirect.with_changes(leading_lines=updated_node.leading_lines)
-        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        return cst.FlattenSentinel([updated_node.with_changes(body=[absolute.with_changes(names=kept)]), redirect])
+            return updated_node.with_changes(body=[redirect])
+        absolute = absolute.with_changes(names=_ending(kept, node))
+        return cst.FlattenSentinel(
+            [updated_node.with_changes(body=[absolute]), updated_node.with_changes(body=[redirect], leading_lines=[])]
+        )
+
+
+def _ending(aliases: list[cst.ImportAlias], node: cst.ImportFrom) -> list[cst.ImportAlias]:
+    """`aliases` (a part of `node.names`) ending as `node.names` ends: with its trailing comma when parenthesized."""
+    last = node.names[-1].comma if node.lpar is not None else cst.MaybeSentinel.DEFAULT
+    return [*aliases[:-1], aliases[-1].with_changes(comma=last)]
 
 
 _NESTED_RELATIVE_IMPORT = re.compile(r"^[ \t]+from \.", re.MULTILINE)
@@ -98,9 +120,8 @@ def vendor_module(
     change: Change, module_name: str, version: str, added_names: dict[str, frozenset[str]], regenerate: str
 ) -> str:
     """The vendored text of a rewritten model module (`module_name` is its dotted name inside transformers)."""
-    depth = module_name.count(".") - 2  # transformers.models.<module>.<file> -> generated.<module>.<file>
     tree = _rewritten_tree(change)
-    transformer = _VendorImports(module_name, added_names, depth)
+    transformer = _VendorImports(module_name, added_names)
     if _NESTED_RELATIVE_IMPORT.search(change.rewritten):
         tree = tree.visit(transformer)
     else:  # imports only at the top level: no need to walk every node
@@ -141,6 +162,26 @@ def added_names(change: Change) -> frozenset[str]:
     original = set().union(*map(_bound_names, cst.parse_module(change.original).body))
     rewritten = set().union(*map(_bound_names, _rewritten_tree(change).body))
     return frozenset(rewritten - original)
+
+
+def is_additive(change: Change) -> bool:
+    """Whether the rewrite keeps every original top-level statement, in order, and only adds statements."""
+    old = _statement_codes(cst.parse_module(change.original))
+    kept = set(old)
+    return [code for code in _statement_codes(_rewritten_tree(change)) if code in kept] == old
+
+
+def vendor_shared(
+    change: Change, module_name: str, version: str, regenerate: str, provided: dict[str, frozenset[str]]
+) -> tuple[str, frozenset[str]]:
+    """The one code path for a shared module a codemod changed: its vendored text and the names models import from
+    it. `provided` holds what the shared modules vendored before this one provide (their redirects apply here too).
+    """
+    if is_additive(change):
+        text = black.format_str(vendor_shared_additions(change, module_name, version, regenerate), mode=BLACK)
+        return text, added_names(change)
+    names = set().union(*map(_bound_names, _rewritten_tree(change).body))
+    return vendor_module(change, module_name, version, provided, regenerate), frozenset(names)
 
 
 class _NameUses(cst.CSTVisitor):

@@ -1,0 +1,490 @@
+"""Attention masks built with nested `torch.vmap` become one call of the mask function on broadcasting index tensors.
+
+Why: a vmap-built mask exports, but the graph keeps functorch ops, and the `TransformGetItemToIndex` context that
+lets mask functions index tensors under vmap leaves a `flat_apply` node, so `torch.export.save` fails and ONNX /
+ExecuTorch cannot take the program. Broadcasting gives the same mask: the indices go in shaped `[B,1,1,1]`,
+`[1,H,1,1]`, `[1,1,Q,1]`, `[1,1,1,KV]`, the mask function runs once, and the result is expanded to the full shape.
+
+What it rewrites:
+- a *vmap expansion helper*: a function that ends in `for dims in <dimensions>: f = torch.vmap(f, in_dims=dims,
+  out_dims=0)` then `return f`, where every `<dimensions>` entry in the function is a literal tuple with exactly one
+  `0` and `None` elsewhere (`_vmap_expansion_sdpa` of transformers 5.x, `_vmap_for_bhqkv` of 4.56/4.57). The loop
+  and the return become a nested function that reshapes each mapped index to its own axis (the last vmap applied is
+  the outermost axis, as vmap stacks it), calls `f` once and expands the result; unmapped arguments pass through;
+- `with TransformGetItemToIndex():` around calls of a rewritten helper is unwrapped (no vmap, so nothing to
+  transform; indexing with broadcast index tensors is ordinary advanced indexing), and the import is dropped when
+  nothing else uses it;
+- inside *mask functions* (a `def` or `lambda` with four positional parameters, the last two `q_idx`, `kv_idx`), the
+  constructs that only work on the 0-d indices vmap passes: chained indexing `pm[b][kv]` -> `pm[b, kv]` (each inner
+  index an index value or an int literal), Python `min`/`max` of two values -> `torch.minimum`/`torch.maximum`
+  (both index values) or `torch.clamp(x, max=c)`/`torch.clamp(x, min=c)`, and `a if c else b` with an index-valued
+  `c` -> `torch.where(c, a, b)`.
+
+Equivalence rests on the contract of a mask function: one boolean per `(batch, head, q, kv)` (the original's mask
+is not 4-D otherwise). Elementwise ops then commute with broadcasting.
+
+What it refuses (left unchanged, reported with the reason): a mask function that branches on an index value
+(`if`/`while`/`and`/`or`/`not`/`assert`), reduces or reads shapes of one (`.sum()`, `.item()`, `.shape`, `len`),
+slices with one, calls a builtin or `torch` function that is not elementwise on one, or defines a function inside;
+chained indexing whose inner index is another tensor; a helper whose dimensions are not literal. A module with a
+refused mask function keeps its vmap helper, and a model module with one keeps importing transformers' own
+`masking_utils` when vendored (`SHARED_MODULE`), so its masks stay as they were.
+"""
+
+from __future__ import annotations
+
+import builtins
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
+
+from .base import Codemod
+
+GET_ITEM_TO_INDEX = "torch._dynamo._trace_wrapped_higher_order_op.TransformGetItemToIndex"
+# Functions of an index value that act elementwise (so they commute with broadcasting)
+ELEMENTWISE_TORCH = frozenset(
+    "abs bitwise_and bitwise_not bitwise_or bitwise_xor clamp div eq floor_divide fmod full_like ge gt le "
+    "logical_and logical_not logical_or logical_xor lt maximum minimum ne ones_like remainder sign where "
+    "zeros_like".split()
+)
+ELEMENTWISE_METHODS = frozenset(
+    "abs bool clamp clamp_max clamp_min eq fmod ge gt int le long lt ne new_full new_ones new_zeros remainder to "
+    "type_as float".split()
+)
+# Builtins that are elementwise on a tensor (`abs`) or that this codemod rewrites (`min`, `max`)
+ALLOWED_BUILTINS = frozenset({"abs", "min", "max"})
+BUILTINS = frozenset(dir(builtins))
+
+BROADCAST_EXPANSION = """
+def broadcast_mask_function(*indices):
+    # One call on broadcast index tensors instead of nested `torch.vmap` (no functorch ops in an exported graph):
+    # each mapped index gets its own axis, the last vmap applied being the outermost, and the result, which may
+    # have size-1 axes, is expanded to the full shape
+    axes = [dims.index(0) for dims in reversed({dimensions})]
+    views = list(indices)
+    for axis, position in enumerate(axes):
+        shape = [1] * len(axes)
+        shape[axis] = -1
+        views[position] = indices[position].reshape(shape)
+    return {function}(*views).expand([indices[position].shape[0] for position in axes])
+"""
+UNWRAPPED_COMMENT = "# No vmap: the mask function runs once on broadcast index tensors (plain advanced indexing)"
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+def _names(node: cst.CSTNode) -> set[str]:
+    found = set()
+
+    class _Collect(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            found.add(name.value)
+
+        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
+            attribute.value.visit(self)
+            return False
+
+    node.visit(_Collect())
+    return found
+
+
+def _mask_parameters(params: cst.Parameters) -> list[str] | None:
+    """The parameter names of a mask function signature, else None."""
+    positional = [*params.posonly_params, *params.params]
+    if len(positional) != 4 or params.kwonly_params or isinstance(params.star_arg, cst.Param):
+        return None
+    names = [param.name.value for param in positional]
+    return names if names[2:] == ["q_idx", "kv_idx"] else None
+
+
+class _MaskFunctionCheck(cst.CSTVisitor):
+    """Walks one mask function: which names hold index values, what to rewrite, what to refuse."""
+
+    def __init__(self, parameters: list[str], qualified, position) -> None:
+        self.indexed = set(parameters)  # names whose value derives from an index
+        self.qualified = qualified
+        self.position = position
+        self.refusals: list[tuple[int, str, str]] = []  # (line, construct, reason)
+        self.rewrites: dict[cst.CSTNode, str] = {}  # original node -> what it becomes (for the finding)
+        self.depth = 0
+
+    def _is_indexed(self, node: cst.CSTNode | None) -> bool:
+        return node is not None and bool(_names(node) & self.indexed)
+
+    def _refuse(self, node: cst.CSTNode, reason: str) -> None:
+        construct = _code(node).strip().splitlines()[0]
+        self.refusals.append((self.position(node), construct, reason))
+
+    # Scopes: the mask function itself is entered by the caller; anything nested is refused
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self._refuse(node, "a function defined inside the mask function: not analysed")
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        self._refuse(node, "a lambda inside the mask function: not analysed")
+        return False
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if self._is_indexed(node.value):
+            for target in node.targets:
+                self.indexed |= _names(target.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if self._is_indexed(node.value):
+            self.indexed |= _names(node.target)
+
+    def visit_If(self, node: cst.If) -> None:
+        if self._is_indexed(node.test):
+            self._refuse(node.test, "Python `if` on an index value: its truth value is one element under vmap only")
+
+    def visit_While(self, node: cst.While) -> None:
+        if self._is_indexed(node.test):
+            self._refuse(node.test, "`while` on an index value")
+
+    def visit_For(self, node: cst.For) -> None:
+        if self._is_indexed(node.iter):
+            self._refuse(node.iter, "a loop over an index value")
+
+    def visit_Assert(self, node: cst.Assert) -> None:
+        if self._is_indexed(node.test):
+            self._refuse(node.test, "`assert` on an index value")
+
+    def visit_BooleanOperation(self, node: cst.BooleanOperation) -> None:
+        if self._is_indexed(node):
+            self._refuse(node, "`and`/`or` on an index value: Python truth value of a tensor")
+
+    def visit_UnaryOperation(self, node: cst.UnaryOperation) -> None:
+        if isinstance(node.operator, cst.Not) and self._is_indexed(node.expression):
+            self._refuse(node, "`not` on an index value: Python truth value of a tensor")
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        if self._is_indexed(node.test):
+            self.rewrites[node] = "a if c else b -> torch.where(c, a, b)"
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        # Methods are judged in visit_Call; these read the shape, which differs (0-d under vmap, 4-D broadcast)
+        if self._is_indexed(node.value) and node.attr.value in ("shape", "ndim", "T", "mT"):
+            self._refuse(node, f"`.{node.attr.value}` of an index value: 0-d under vmap, 4-D when broadcast")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not any(self._is_indexed(arg.value) for arg in node.args) and not (
+            isinstance(node.func, cst.Attribute) and self._is_indexed(node.func.value)
+        ):
+            return
+        func = node.func
+        qualified = self.qualified(func)
+        torch_names = {q.removeprefix("torch.") for q in qualified if q.startswith("torch.")}
+        if torch_names:
+            if not torch_names & ELEMENTWISE_TORCH:
+                self._refuse(node, f"`torch.{min(torch_names)}` is not elementwise on an index value")
+            return
+        if isinstance(func, cst.Attribute) and self._is_indexed(func.value):
+            if func.attr.value not in ELEMENTWISE_METHODS:
+                self._refuse(node, f"`.{func.attr.value}()` of an index value is not elementwise")
+            return
+        if isinstance(func, cst.Name) and func.value in BUILTINS and qualified <= {f"builtins.{func.value}"}:
+            if func.value not in ALLOWED_BUILTINS:
+                self._refuse(node, f"the builtin `{func.value}` of an index value")
+            elif func.value in ("min", "max"):
+                if len(node.args) != 2 or any(arg.keyword or arg.star for arg in node.args):
+                    self._refuse(node, f"`{func.value}` with other than two positional arguments")
+                else:
+                    self.rewrites[node] = f"{func.value} -> tensor op"
+        # any other call (another mask function, a closure) is judged where it is defined
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        elements = node.slice
+        if any(not isinstance(e.slice, cst.Index) and self._is_indexed(e.slice) for e in elements):
+            self._refuse(node, "slicing with an index value")
+            return
+        if not isinstance(node.value, cst.Subscript) or not any(self._is_indexed(e.slice) for e in elements):
+            return
+        inner = node.value
+        simple = all(isinstance(e.slice, cst.Index) for e in (*inner.slice, *elements))
+        scalar = all(
+            self._is_indexed(e.slice.value) or isinstance(e.slice.value, cst.Integer)
+            for e in inner.slice
+            if isinstance(e.slice, cst.Index)
+        )
+        if simple and scalar:
+            self.rewrites[node] = "x[i][j] -> x[i, j]"
+        else:
+            self._refuse(node, "chained indexing whose inner index is not an index value or an int")
+
+
+class _ApplyMaskRewrites(cst.CSTTransformer):
+    """Builds the rewrites `_MaskFunctionCheck` chose, from the updated nodes (so nested ones compose)."""
+
+    def __init__(self, chosen: dict[cst.CSTNode, str], indexed_of: dict[cst.CSTNode, bool]) -> None:
+        self.chosen = chosen
+        self.indexed_of = indexed_of  # min/max argument -> whether it is an index value
+
+    def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript) -> cst.BaseExpression:
+        if original not in self.chosen:
+            return updated
+        inner = updated.value
+        elements = [*inner.slice, *updated.slice]
+        elements = [
+            e.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for e in elements[:-1]
+        ] + [elements[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+        return updated.with_changes(value=inner.value, slice=elements)
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        if original not in self.chosen:
+            return updated
+        name = original.func.value
+        first, second = (arg.value for arg in updated.args)
+        first_indexed, second_indexed = (self.indexed_of[arg.value] for arg in original.args)
+        if first_indexed and second_indexed:
+            op = "minimum" if name == "min" else "maximum"
+            return cst.parse_expression(f"torch.{op}(a, b)").with_changes(
+                args=[cst.Arg(first, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), cst.Arg(second)]
+            )
+        tensor, bound = (first, second) if first_indexed else (second, first)
+        keyword = "max" if name == "min" else "min"
+        call = cst.parse_expression(f"torch.clamp(x, {keyword}=c)")
+        return call.with_changes(
+            args=[call.args[0].with_changes(value=tensor), call.args[1].with_changes(value=bound)]
+        )
+
+    def leave_IfExp(self, original: cst.IfExp, updated: cst.IfExp) -> cst.BaseExpression:
+        if original not in self.chosen:
+            return updated
+        call = cst.parse_expression("torch.where(c, a, b)")
+        values = (updated.test, updated.body, updated.orelse)
+        return call.with_changes(args=[arg.with_changes(value=v) for arg, v in zip(call.args, values)])
+
+
+class _VmapHelper:
+    """A matched vmap expansion helper: its `for` loop, the function it vmaps, and the dimensions' name."""
+
+    def __init__(self, node: cst.FunctionDef, loop: cst.For, function: str, dimensions: str) -> None:
+        self.node, self.loop, self.function, self.dimensions = node, loop, function, dimensions
+
+
+def _dims_are_literal(node: cst.FunctionDef, dimensions: str) -> bool:
+    """Every value the function gives `dimensions` is a list of tuples with one `0` and `None` elsewhere."""
+
+    def one_axis(element: cst.BaseElement) -> bool:
+        if not isinstance(element.value, cst.Tuple):
+            return False
+        values = [e.value for e in element.value.elements]
+        zeros = [v for v in values if isinstance(v, cst.Integer) and v.value == "0"]
+        nones = [v for v in values if m.matches(v, m.Name("None"))]
+        return len(zeros) == 1 and len(zeros) + len(nones) == len(values)
+
+    found = []
+    for stmt in m.findall(node, m.Assign(targets=[m.AssignTarget(target=m.Name(dimensions))])):
+        found.append(stmt.value)
+    for call in m.findall(node, m.Call(func=m.Attribute(value=m.Name(dimensions)))):
+        if call.func.attr.value not in ("extend", "append") or len(call.args) != 1:
+            return False
+        found.append(
+            call.args[0].value if call.func.attr.value == "extend" else cst.List([cst.Element(call.args[0].value)])
+        )
+    if not found:
+        return False
+    return all(isinstance(v, (cst.List, cst.Tuple)) and all(map(one_axis, v.elements)) for v in found)
+
+
+class VmapMasks(Codemod):
+    NAME = "vmap-masks"
+    DESCRIPTION = (
+        "attention masks built with nested torch.vmap -> one call of the mask function on broadcasting index "
+        "tensors plus .expand; mask functions made broadcast-safe where equivalent"
+    )
+    # A model module whose mask function this codemod refuses keeps importing transformers' own module
+    SHARED_MODULE = "transformers.masking_utils"
+
+    @classmethod
+    def might_apply(cls, source: str) -> bool:
+        return "vmap" in source or "kv_idx" in source
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
+        positions = wrapper.resolve(PositionProvider)
+        resolved = wrapper.resolve(QualifiedNameProvider)
+
+        def qualified(node: cst.CSTNode) -> set[str]:
+            value = resolved.get(node, ())
+            return {name.name for name in (value() if callable(value) else value)}
+
+        def line(node: cst.CSTNode) -> int:
+            return positions[node].start.line
+
+        imports_torch = any(
+            m.matches(
+                stmt, m.SimpleStatementLine(body=[m.Import(names=[m.ImportAlias(m.Name("torch"), asname=None)])])
+            )
+            for stmt in tree.body
+        )
+        chosen: dict[cst.CSTNode, str] = {}
+        indexed_of: dict[cst.CSTNode, bool] = {}
+        refused_lines: list[int] = []
+        for function in [*m.findall(tree, m.FunctionDef()), *m.findall(tree, m.Lambda())]:
+            parameters = _mask_parameters(function.params)
+            if parameters is None:
+                continue
+            check = _MaskFunctionCheck(parameters, qualified, line)
+            body = function.body
+            if isinstance(function, cst.FunctionDef):
+                for stmt in body.body:
+                    stmt.visit(check)
+            else:
+                body.visit(check)
+            if check.refusals:
+                refused_lines.append(line(function))
+                for at, construct, reason in sorted(check.refusals):
+                    self.report(at, "refused", construct, reason)
+                continue
+            if check.rewrites and not imports_torch:
+                refused_lines.append(line(function))
+                for node in check.rewrites:
+                    self.report(line(node), "refused", _code(node), "the module does not `import torch`")
+                continue
+            for node, what in check.rewrites.items():
+                chosen[node] = what
+                if isinstance(node, cst.Call):
+                    for arg in node.args:
+                        indexed_of[arg.value] = check._is_indexed(arg.value)
+                self.report(line(node), "rewritten", _code(node), what)
+
+        helpers = self._helpers(tree, qualified, line, refused_lines)
+        if not chosen and not helpers:
+            return tree
+        tree = tree.visit(_ApplyMaskRewrites(chosen, indexed_of)) if chosen else tree
+        if helpers:
+            tree = self._rewrite_helpers(tree, helpers, qualified)
+        return tree
+
+    def _helpers(self, tree, qualified, line, refused_lines) -> list[_VmapHelper]:
+        loop_matcher = m.For(
+            target=m.Name(),
+            iter=m.Name(),
+            body=m.IndentedBlock(body=[m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(m.Name())])])]),
+        )
+        helpers = []
+        for function in m.findall(tree, m.FunctionDef()):
+            stmts = list(function.body.body)
+            for loop, after in zip(stmts, stmts[1:]):
+                if not m.matches(loop, loop_matcher):
+                    continue
+                assign = loop.body.body[0].body[0]
+                call = assign.value
+                if not isinstance(call, cst.Call) or qualified(call.func) != {"torch.vmap"}:
+                    continue
+                target = assign.targets[0].target.value
+                dims = loop.target.value
+                args = {arg.keyword.value if arg.keyword else index: arg.value for index, arg in enumerate(call.args)}
+                construct = f"def {function.name.value}"
+                shaped = (
+                    len(args) == 3
+                    and m.matches(args.get(0, cst.Ellipsis()), m.Name(target))
+                    and m.matches(args.get("in_dims", args.get(1, cst.Ellipsis())), m.Name(dims))
+                    and m.matches(args.get("out_dims", args.get(2, cst.Ellipsis())), m.Integer("0"))
+                    and m.matches(after, m.SimpleStatementLine(body=[m.Return(m.Name(target))]))
+                )
+                if not shaped:
+                    self.report(
+                        line(loop),
+                        "refused",
+                        construct,
+                        "a torch.vmap loop of another shape than f = torch.vmap(f, in_dims=dims, out_dims=0); return f",
+                    )
+                elif not _dims_are_literal(function, loop.iter.value):
+                    self.report(
+                        line(loop),
+                        "refused",
+                        construct,
+                        f"`{loop.iter.value}` is not a literal list of one-axis in_dims tuples",
+                    )
+                elif refused_lines:
+                    lines = ", ".join(map(str, refused_lines))
+                    self.report(
+                        line(function),
+                        "refused",
+                        construct,
+                        f"the module's mask functions at lines {lines} are not broadcast-safe",
+                    )
+                else:
+                    self.report(
+                        line(function), "rewritten", construct, "nested torch.vmap -> broadcast index tensors + expand"
+                    )
+                    helpers.append(_VmapHelper(function, loop, target, loop.iter.value))
+        return helpers
+
+    def _rewrite_helpers(self, tree, helpers, qualified) -> cst.Module:
+        by_node = {helper.node: helper for helper in helpers}
+        names = {helper.node.name.value for helper in helpers}
+        config = tree.config_for_parsing
+
+        def calls_helper(stmt: cst.CSTNode) -> bool:
+            return bool(m.findall(stmt, m.Call(func=m.Call(func=m.Name())))) and all(
+                call.func.func.value in names for call in m.findall(stmt, m.Call(func=m.Call(func=m.Name())))
+            )
+
+        unwrapped = set()
+        for with_node in m.findall(tree, m.With(items=[m.WithItem(item=m.Call(func=m.Name() | m.Attribute()))])):
+            context = with_node.items[0].item.func
+            if qualified(context) == {GET_ITEM_TO_INDEX} and all(calls_helper(stmt) for stmt in with_node.body.body):
+                unwrapped.add(with_node)
+
+        class _Rewrite(cst.CSTTransformer):
+            def leave_FunctionDef(self, original, updated):
+                helper = by_node.get(original)
+                if helper is None:
+                    return updated
+                template = BROADCAST_EXPANSION.format(dimensions=helper.dimensions, function=helper.function)
+                nested = cst.parse_statement(template.lstrip("\n"), config=config)
+                returned = cst.parse_statement("return broadcast_mask_function", config=config)
+                body = list(updated.body.body)
+                index = next(i for i, stmt in enumerate(original.body.body) if stmt is helper.loop)
+                leading = body[index].leading_lines
+                # black wants a blank line before a nested `def`
+                blank = [] if leading and leading[0].comment is None else [cst.EmptyLine(indent=False)]
+                body[index : index + 2] = [
+                    nested.with_changes(leading_lines=[*blank, *leading]),
+                    returned.with_changes(leading_lines=[cst.EmptyLine(indent=False)]),
+                ]
+                return updated.with_changes(body=updated.body.with_changes(body=body))
+
+            def leave_With(self, original, updated):
+                if original not in unwrapped:
+                    return updated
+                comment = cst.EmptyLine(comment=cst.Comment(UNWRAPPED_COMMENT))
+                kept = [line for line in updated.leading_lines if line.comment is None]
+                body = list(updated.body.body)
+                body[0] = body[0].with_changes(leading_lines=[*kept, comment, *body[0].leading_lines])
+                return cst.FlattenSentinel(body)
+
+        tree = tree.visit(_Rewrite())
+        if unwrapped and "TransformGetItemToIndex" not in _names_outside_imports(tree):
+            tree = _drop_import(tree, "TransformGetItemToIndex")
+        return tree
+
+
+def _names_outside_imports(tree: cst.Module) -> set[str]:
+    found = set()
+    for stmt in tree.body:
+        if isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], (cst.Import, cst.ImportFrom)):
+            continue
+        found |= _names(stmt)
+    return found
+
+
+def _drop_import(tree: cst.Module, name: str) -> cst.Module:
+    body = []
+    for stmt in tree.body:
+        node = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) else None
+        if isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
+            kept = [alias for alias in node.names if alias.evaluated_name != name or alias.asname is not None]
+            if len(kept) != len(node.names):
+                if not kept:
+                    continue
+                kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                stmt = stmt.with_changes(body=[node.with_changes(names=kept)])
+        body.append(stmt)
+    return tree.with_changes(body=body)
