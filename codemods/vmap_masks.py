@@ -25,7 +25,8 @@ is not 4-D otherwise). Elementwise ops then commute with broadcasting.
 
 What it refuses (left unchanged, reported with the reason): a mask function that branches on an index value
 (`if`/`while`/`and`/`or`/`not`/`assert`), reduces or reads shapes of one (`.sum()`, `.item()`, `.shape`, `len`),
-slices with one, calls a builtin or `torch` function that is not elementwise on one, or defines a function inside;
+slices with one, passes one to a builtin or `torch` function that is not elementwise, to a function of the module
+that is not a mask function or to an imported one (neither is analysed), or defines a function inside;
 chained indexing whose inner index is another tensor; a helper whose dimensions are not literal. A module with a
 refused mask function keeps its vmap helper, and a model module with one keeps importing transformers' own
 `masking_utils` when vendored (`SHARED_MODULE`), so its masks stay as they were.
@@ -103,13 +104,13 @@ def _mask_parameters(params: cst.Parameters) -> list[str] | None:
 class _MaskFunctionCheck(cst.CSTVisitor):
     """Walks one mask function: which names hold index values, what to rewrite, what to refuse."""
 
-    def __init__(self, parameters: list[str], qualified, position) -> None:
+    def __init__(self, parameters: list[str], qualified, position, unanalysed: frozenset[str]) -> None:
         self.indexed = set(parameters)  # names whose value derives from an index
         self.qualified = qualified
         self.position = position
+        self.unanalysed = unanalysed  # names of the module's other functions and of its imports
         self.refusals: list[tuple[int, str, str]] = []  # (line, construct, reason)
         self.rewrites: dict[cst.CSTNode, str] = {}  # original node -> what it becomes (for the finding)
-        self.depth = 0
 
     def _is_indexed(self, node: cst.CSTNode | None) -> bool:
         return node is not None and bool(_names(node) & self.indexed)
@@ -178,7 +179,9 @@ class _MaskFunctionCheck(cst.CSTVisitor):
         qualified = self.qualified(func)
         torch_names = {q.removeprefix("torch.") for q in qualified if q.startswith("torch.")}
         if torch_names:
-            if not torch_names & ELEMENTWISE_TORCH:
+            # bucketize is elementwise in its input; the boundaries must be the same for every element
+            bucketized = "bucketize" in torch_names and not any(self._is_indexed(arg.value) for arg in node.args[1:])
+            if not torch_names & ELEMENTWISE_TORCH and not bucketized:
                 self._refuse(node, f"`torch.{min(torch_names)}` is not elementwise on an index value")
             return
         if isinstance(func, cst.Attribute) and self._is_indexed(func.value):
@@ -193,7 +196,11 @@ class _MaskFunctionCheck(cst.CSTVisitor):
                     self._refuse(node, f"`{func.value}` with other than two positional arguments")
                 else:
                     self.rewrites[node] = f"{func.value} -> tensor op"
-        # any other call (another mask function, a closure) is judged where it is defined
+            return
+        # A parameter or closure variable (another mask function) is judged where it is defined; a function of this
+        # module that is not a mask function, an import or any other callable is not analysed
+        if not isinstance(func, cst.Name) or func.value in self.unanalysed:
+            self._refuse(node, f"`{_code(func)}` of an index value: not a mask function, not analysed")
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         elements = node.slice
@@ -321,14 +328,19 @@ class VmapMasks(Codemod):
             )
             for stmt in tree.body
         )
+        functions = [*m.findall(tree, m.FunctionDef()), *m.findall(tree, m.Lambda())]
+        unanalysed = frozenset(
+            {f.name.value for f in functions if isinstance(f, cst.FunctionDef) and _mask_parameters(f.params) is None}
+            | _imported_names(tree)
+        )
         chosen: dict[cst.CSTNode, str] = {}
         indexed_of: dict[cst.CSTNode, bool] = {}
         refused_lines: list[int] = []
-        for function in [*m.findall(tree, m.FunctionDef()), *m.findall(tree, m.Lambda())]:
+        for function in functions:
             parameters = _mask_parameters(function.params)
             if parameters is None:
                 continue
-            check = _MaskFunctionCheck(parameters, qualified, line)
+            check = _MaskFunctionCheck(parameters, qualified, line, unanalysed)
             body = function.body
             if isinstance(function, cst.FunctionDef):
                 for stmt in body.body:
@@ -464,6 +476,14 @@ class VmapMasks(Codemod):
         if unwrapped and "TransformGetItemToIndex" not in _names_outside_imports(tree):
             tree = _drop_import(tree, "TransformGetItemToIndex")
         return tree
+
+
+def _imported_names(tree: cst.Module) -> set[str]:
+    found = set()
+    for node in m.findall(tree, m.Import() | m.ImportFrom()):
+        if not isinstance(node.names, cst.ImportStar):
+            found |= {(alias.evaluated_alias or alias.evaluated_name).split(".")[0] for alias in node.names}
+    return found
 
 
 def _names_outside_imports(tree: cst.Module) -> set[str]:

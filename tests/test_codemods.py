@@ -319,23 +319,29 @@ def test_vmap_masks_makes_mask_functions_broadcast_safe_and_says_what_it_did():
             "refuse_not_broadcast_safe",
             [
                 (
-                    8,
+                    10,
                     "q_idx - kv_idx > window",
                     "Python `if` on an index value: its truth value is one element under vmap only",
                 ),
-                (17, "lengths[batch_idx].sum()", "`.sum()` of an index value is not elementwise"),
+                (19, "lengths[batch_idx].sum()", "`.sum()` of an index value is not elementwise"),
                 (
-                    18,
+                    20,
                     "(kv_idx < total) and (q_idx.shape[0] > 0)",
                     "`and`/`or` on an index value: Python truth value of a tensor",
                 ),
-                (18, "q_idx.shape", "`.shape` of an index value: 0-d under vmap, 4-D when broadcast"),
-                (25, "table[rows][kv_idx]", "chained indexing whose inner index is not an index value or an int"),
+                (20, "q_idx.shape", "`.shape` of an index value: 0-d under vmap, 4-D when broadcast"),
+                (27, "table[rows][kv_idx]", "chained indexing whose inner index is not an index value or an int"),
                 (
-                    30,
+                    32,
                     "def _vmap_expansion_sdpa",
-                    "the module's mask functions at lines 7, 16, 24 are not broadcast-safe",
+                    "the module's mask functions at lines 9, 18, 26, 44 are not broadcast-safe",
                 ),
+                (
+                    45,
+                    "_first_allowed(q_idx, window)",
+                    "`_first_allowed` of an index value: not a mask function, not analysed",
+                ),
+                (45, "math.floor(q_idx)", "`math.floor` of an index value: not a mask function, not analysed"),
             ],
         ),
         (

@@ -202,3 +202,18 @@ def test_a_model_module_with_a_refused_mask_function_keeps_the_original_masking_
     assert "from transformers.masking_utils import create_causal_mask\n" in text
     clean = Change("models/toy/modeling_toy.py", source, source)
     assert shared_redirects(clean, provided) == provided
+
+
+def test_a_whole_shared_module_imports_other_vendored_shared_modules_side_by_side():
+    from exportsmith.vendor import shared_prefix
+
+    assert shared_prefix("transformers.models.llama.modeling_llama") == ".._shared."
+    assert shared_prefix("transformers.masking_utils") == "."
+    assert shared_prefix("transformers.integrations.sdpa_attention") == ".."
+    source = "from .cache_utils import (\n    Cache,\n    new_name,\n)\nfrom .utils import logging\n"
+    provided = {"transformers.cache_utils": frozenset({"new_name"})}
+    text = vendor_module(Change("masking_utils.py", source, source), "transformers.masking_utils", "1", provided, "r")
+    assert (
+        "from transformers.cache_utils import (\n    Cache,\n)\nfrom .cache_utils import (\n    new_name,\n)\n" in text
+    )
+    assert "from transformers.utils import logging\n" in text

@@ -68,7 +68,7 @@ def _module_expr(dotted: str) -> cst.BaseExpression:
 
 
 class _VendorImports(cst.CSTTransformer):
-    """Makes relative imports absolute; splits off names that only a vendored shared module defines."""
+    """Makes relative imports absolute; points imports of names a vendored shared module provides at it."""
 
     def __init__(self, module_name: str, added_names: dict[str, frozenset[str]]) -> None:
         self.module_name = module_name
@@ -119,7 +119,8 @@ def _rewritten_tree(change: Change) -> cst.Module:
 def vendor_module(
     change: Change, module_name: str, version: str, added_names: dict[str, frozenset[str]], regenerate: str
 ) -> str:
-    """The vendored text of a rewritten model module (`module_name` is its dotted name inside transformers)."""
+    """The vendored text of a rewritten module, a model's or a shared one vendored whole (`module_name` is its
+    dotted name inside transformers)."""
     tree = _rewritten_tree(change)
     transformer = _VendorImports(module_name, added_names)
     if _NESTED_RELATIVE_IMPORT.search(change.rewritten):
