@@ -104,6 +104,7 @@ class _Bound(NamedTuple):
 
     sizes: frozenset[str]
     values: frozenset[str]
+    numpy: bool = False  # the function uses numpy: `a.max() > n` may be an array's, not a tensor's
 
 
 NO_NAMES = _Bound(frozenset(), frozenset())
@@ -155,7 +156,7 @@ def _reduction_comparison(node: cst.BaseExpression, shapes: _Bound = NO_NAMES) -
     one-element bool tensor."""
     if not isinstance(node, cst.Comparison) or len(node.comparisons) != 1:
         return None
-    if not isinstance(node.comparisons[0].operator, _ORDER_OPERATORS):
+    if not isinstance(node.comparisons[0].operator, _ORDER_OPERATORS) or shapes.numpy:
         return None
     for side in (node.left, node.comparisons[0].comparator):
         if isinstance(side, cst.Name) and side.value in shapes.values:
@@ -224,7 +225,8 @@ def _bound_names(function: cst.FunctionDef) -> _Bound:
     for node in m.findall(function, m.AugAssign() | m.For() | m.AnnAssign() | m.NamedExpr() | m.Param()):
         target = getattr(node, "target", None) or getattr(node, "name", None)
         others.update(n.value for n in m.findall(target, m.Name()) if target is not None)
-    return _Bound(frozenset(sizes - others), frozenset(values - others))
+    numpy = bool(m.findall(function, m.Attribute(value=m.Name("np") | m.Name("numpy"))))
+    return _Bound(frozenset(sizes - others), frozenset(values - others), numpy)
 
 
 def _data_dependent_call(test: cst.BaseExpression, shapes: _Bound = NO_NAMES) -> str | None:
