@@ -48,6 +48,7 @@ vendored only when their rewrite is purely additive.
 from __future__ import annotations
 
 import json
+from typing import NamedTuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -97,6 +98,18 @@ _VALUE_REDUCTIONS = frozenset({"sum", "max", "min", "mean", "prod", "amax", "ami
 _ORDER_OPERATORS = (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
 
 
+class _Bound(NamedTuple):
+    """Names a function binds only from sizes (`seq_len = x.shape[1]`) and only from whole-tensor reductions
+    (`seq_len = torch.max(position_ids) + 1`, a one-element tensor)."""
+
+    sizes: frozenset[str]
+    values: frozenset[str]
+    numpy: bool = False  # the function uses numpy: `a.max() > n` may be an array's, not a tensor's
+
+
+NO_NAMES = _Bound(frozenset(), frozenset())
+
+
 class _Refusal(Exception):
     """Why a candidate `if` is left as it is; caught per site and reported."""
 
@@ -138,19 +151,23 @@ def _value_reduction(node: cst.BaseExpression) -> str | None:
     return attr if not node.args else None
 
 
-def _reduction_comparison(node: cst.BaseExpression) -> str | None:
-    """`A op B` (one operator) where a side is a whole-tensor reduction: a one-element bool tensor."""
+def _reduction_comparison(node: cst.BaseExpression, shapes: _Bound = NO_NAMES) -> str | None:
+    """`A op B` (one operator) where a side is a whole-tensor reduction (or a name bound only from one): a
+    one-element bool tensor."""
     if not isinstance(node, cst.Comparison) or len(node.comparisons) != 1:
         return None
-    if not isinstance(node.comparisons[0].operator, _ORDER_OPERATORS):
+    if not isinstance(node.comparisons[0].operator, _ORDER_OPERATORS) or shapes.numpy:
         return None
+    for side in (node.left, node.comparisons[0].comparator):
+        if isinstance(side, cst.Name) and side.value in shapes.values:
+            return side.value
     return _value_reduction(node.left) or _value_reduction(node.comparisons[0].comparator)
 
 
-def _is_size(node: cst.BaseExpression, shapes: frozenset[str]) -> bool:
+def _is_size(node: cst.BaseExpression, shapes: _Bound) -> bool:
     """`X.shape[i]`, `X.size(i)` (a constant `i`), or a name the function binds only from such sizes."""
     if isinstance(node, cst.Name):
-        return node.value in shapes
+        return node.value in shapes.sizes
     if isinstance(node, cst.Subscript) and m.matches(node.value, m.Attribute(attr=m.Name("shape"))):
         return (
             len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index) and _is_int(node.slice[0].slice.value)
@@ -166,7 +183,7 @@ def _is_int(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Integer)
 
 
-def _shape_comparison(node: cst.BaseExpression, shapes: frozenset[str]) -> bool:
+def _shape_comparison(node: cst.BaseExpression, shapes: _Bound) -> bool:
     """A size compared with 0, 1 or another size (`x.shape[1] == 1`, `q_len == kv_len`, `seq_len > 1`): export
     evaluates it on the traced sizes and bakes the branch in with no guard (sizes are assumed >= 2)."""
     if not isinstance(node, cst.Comparison) or len(node.comparisons) != 1:
@@ -180,17 +197,27 @@ def _shape_comparison(node: cst.BaseExpression, shapes: frozenset[str]) -> bool:
     )
 
 
-def _shape_names(function: cst.FunctionDef) -> frozenset[str]:
-    """The names `function` binds only from sizes: `seq_len = x.shape[1]`, `batch, seq_len, _ = x.shape`."""
-    sizes, others = set(), set()
+def _holds_reduction(node: cst.BaseExpression) -> bool:
+    """`X.sum()`, `torch.max(X)`, or arithmetic on one (`torch.max(position_ids) + 1`)."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Subtract, cst.Multiply)):
+        return _holds_reduction(node.left) or _holds_reduction(node.right)
+    return _value_reduction(node) is not None
+
+
+def _bound_names(function: cst.FunctionDef) -> _Bound:
+    """The names `function` binds only from sizes (`seq_len = x.shape[1]`, `batch, seq_len, _ = x.shape`) or only
+    from whole-tensor reductions."""
+    sizes, values, others = set(), set(), set()
     for assign in m.findall(function, m.Assign()):
         for target in assign.targets:
             names = [e for e in _target_elements(target.target) if isinstance(e, cst.Name)]
             whole_shape = m.matches(assign.value, m.Attribute(attr=m.Name("shape"))) or m.matches(
                 assign.value, m.Call(func=m.Attribute(attr=m.Name("size")), args=[])
             )
-            if isinstance(target.target, cst.Name) and _is_size(assign.value, frozenset()):
+            if isinstance(target.target, cst.Name) and _is_size(assign.value, NO_NAMES):
                 sizes.add(target.target.value)
+            elif isinstance(target.target, cst.Name) and _holds_reduction(assign.value):
+                values.add(target.target.value)
             elif isinstance(target.target, (cst.Tuple, cst.List)) and whole_shape:
                 sizes.update(name.value for name in names)
             else:
@@ -198,16 +225,17 @@ def _shape_names(function: cst.FunctionDef) -> frozenset[str]:
     for node in m.findall(function, m.AugAssign() | m.For() | m.AnnAssign() | m.NamedExpr() | m.Param()):
         target = getattr(node, "target", None) or getattr(node, "name", None)
         others.update(n.value for n in m.findall(target, m.Name()) if target is not None)
-    return frozenset(sizes - others)
+    numpy = bool(m.findall(function, m.Attribute(value=m.Name("np") | m.Name("numpy"))))
+    return _Bound(frozenset(sizes - others), frozenset(values - others), numpy)
 
 
-def _data_dependent_call(test: cst.BaseExpression, shapes: frozenset[str] = frozenset()) -> str | None:
+def _data_dependent_call(test: cst.BaseExpression, shapes: _Bound = NO_NAMES) -> str | None:
     """The first call in `test` that reads tensor values into Python (the candidates of this codemod), as written;
     "shape" for a size test that export would specialise."""
     for comparison in m.findall(test, m.Comparison()):
         if _shape_comparison(comparison, shapes):
             return "shape"
-        found = _reduction_comparison(comparison)
+        found = _reduction_comparison(comparison, shapes)
         if found:
             return found
     for call in m.findall(test, m.Call(func=m.Attribute())):
@@ -267,7 +295,7 @@ class _Form:
         return _Form(f"torch.logical_not({self.code})", True, True)
 
 
-def _tensor_form(node: cst.BaseExpression, shapes: frozenset[str] = frozenset()) -> _Form | None:
+def _tensor_form(node: cst.BaseExpression, shapes: _Bound = NO_NAMES) -> _Form | None:
     """The tensor form of `node` when it is a tensor test (or a size test: a SymBool), else None."""
     if _shape_comparison(node, shapes):
         return _Form(_one_line(node), True, False, symbolic=True)
@@ -285,7 +313,7 @@ def _tensor_form(node: cst.BaseExpression, shapes: frozenset[str] = frozenset())
         return _Form(f"{left.operand()} {symbol} {right.operand()}", left.is_bool and right.is_bool, False)
     if _reduction_operand(node) is not None:
         return _Form(_one_line(node), _is_bool_tensor(node), True)
-    if _reduction_comparison(node) is not None:
+    if _reduction_comparison(node, shapes) is not None:
         return _Form(_one_line(node), True, False)
     if m.matches(node, m.Call(func=m.Attribute(attr=m.Name("item")), args=[])):
         # `.item()` of an `any`/`all` test is the same truth value read into Python: drop it
@@ -303,7 +331,7 @@ def _conjuncts(node: cst.BaseExpression) -> list[cst.BaseExpression]:
 
 
 def _split_test(
-    test: cst.BaseExpression, shapes: frozenset[str] = frozenset()
+    test: cst.BaseExpression, shapes: _Bound = NO_NAMES
 ) -> tuple[cst.BaseExpression | None, cst.BaseExpression, _Form]:
     """(leading Python conjuncts or None, the tensor test as written, its tensor form); raises `_Refusal`."""
     whole = _tensor_form(test, shapes)
@@ -335,7 +363,7 @@ def _python_part(test: cst.BooleanOperation, count: int) -> cst.BaseExpression:
     return node
 
 
-def _test_reason(test: cst.BaseExpression, items: list[cst.BaseExpression], shapes: frozenset[str]) -> str:
+def _test_reason(test: cst.BaseExpression, items: list[cst.BaseExpression], shapes: _Bound) -> str:
     calls = [call for call in m.findall(test, m.Call(func=m.Attribute()))]
     if any(call.func.attr.value == "item" for call in calls):
         return "`.item()` reads a tensor into a Python number: no tensor form in this slice"
@@ -639,10 +667,10 @@ class _Statements:
 class _Candidates(_Statements, cst.CSTVisitor):
     def __init__(self):
         self.found = False
-        self.shapes: list[frozenset[str]] = [frozenset()]
+        self.shapes: list[_Bound] = [NO_NAMES]
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.shapes.append(_shape_names(node))
+        self.shapes.append(_bound_names(node))
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self.shapes.pop()
@@ -660,7 +688,7 @@ class _Rewriter(_Statements, cst.CSTTransformer):
         self.torch_imported = torch_imported
         self.indent = indent
         self.functions: list[cst.FunctionDef] = []
-        self.shapes: list[frozenset[str]] = []  # names each enclosing function binds only from sizes
+        self.shapes: list[_Bound] = []  # names each enclosing function binds from sizes or reductions
         self.depth = 0  # enclosing indented blocks
         self.eager_arms: set[int] = set()  # `elif T:` arms this codemod emitted (a second run leaves them)
         self.elifs: set[int] = set()  # `elif` arms: rewritten as part of the `if` that holds them
@@ -668,7 +696,7 @@ class _Rewriter(_Statements, cst.CSTTransformer):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.functions.append(node)
-        self.shapes.append(_shape_names(node))
+        self.shapes.append(_bound_names(node))
 
     def leave_FunctionDef(self, original_node, updated_node):
         self.functions.pop()

@@ -182,6 +182,7 @@ def test_cond_branches_reports_every_shape_it_rewrites():
         (47, "rewritten", "select -> torch.cond"),
         (53, "rewritten", "select -> torch.cond"),  # a comparison of a whole-tensor reduction
         (59, "rewritten", "if/else -> torch.cond"),  # `.item()` of an `all` test: the tensor form drops it
+        (68, "rewritten", "select -> torch.cond"),  # `seq_len` is bound only from a reduction
     ]
     # Each branch body is emitted once, as a function; eager calls it, export passes it to torch.cond
     assert change.rewritten.count("hidden_states = hidden_states * scale") == 1

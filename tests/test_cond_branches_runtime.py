@@ -334,6 +334,13 @@ SHAPE_CASES = [
         1,
     ),
     (
+        "bound_from_a_reduction",
+        (torch.tensor([1.0, 2.0]), 8),
+        (torch.arange(6).repeat(2, 1), torch.tensor([0.5, 0.25])),
+        [(torch.arange(12).repeat(3, 1), torch.tensor([0.5, 0.25])), (torch.arange(3)[None], torch.ones(2))],
+        1,
+    ),
+    (
         "tensor_elif_after_python_test",
         (False,),
         (torch.tensor([[1.0, -2.0, 3.0], [4.0, 5.0, 6.0]]),),
