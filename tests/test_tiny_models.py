@@ -246,3 +246,15 @@ def test_an_encoder_of_stacked_audio_features_gets_its_input_width():
     model = build_tiny_model(cls, config_for(cls, tiny_config("granite_speech_encoder")))
     assert dummy_inputs(model)["hidden_states"].shape[-1] == model.config.input_dim != tiny.HIDDEN_SIZE
     assert check_eager("granite_speech_encoder")["status"] == "ok"
+
+
+def test_a_tower_embedding_flat_patches_gets_them_with_their_grid():
+    _, cls = model_class("siglip2_vision_model")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("siglip2_vision_model")))
+    inputs = dummy_inputs(model)
+    patch, channels = model.config.patch_size, model.config.num_channels
+    rows = model.config.image_size // patch if hasattr(model.config, "image_size") else None
+    assert inputs["pixel_values"].shape[-1] == channels * patch * patch
+    assert inputs["spatial_shapes"].prod(-1).tolist() == [inputs["pixel_values"].shape[1]] * 2
+    assert rows is None or inputs["spatial_shapes"][0].tolist() == [rows, rows]
+    assert check_eager("siglip2_vision_model")["status"] == "ok"

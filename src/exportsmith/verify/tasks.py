@@ -297,6 +297,9 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
             return patch_inputs(config, "pixel_values", grid_name, shape, generator)
     vision = vision_config(config)
     channels, height, width = image_size(vision)
+    patch = first_int(vision, ("patch_size",), None)
+    if patch and embeds_flat_patches(model, channels * patch * patch):
+        return flat_patch_inputs(parameters, batch, channels, patch, height // patch, width // patch, generator)
     frames = first_int(vision, ("num_frames", "frames_per_clip"), None) or first_int(config, ("num_frames",), None)
     if "pixel_values_videos" in parameters and "pixel_values" not in parameters:
         return {"pixel_values_videos": torch.randn((batch, frames or 4, channels, height, width), generator=generator)}
@@ -319,6 +322,25 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
         )
         pixels = (batch, tiles, channels, height, width)
     return {"pixel_values": torch.randn(pixels, generator=generator), "image_sizes": sizes}
+
+
+def embeds_flat_patches(model: torch.nn.Module, patch_features: int) -> bool:
+    """Whether images are embedded from flattened patches (a Linear over channels x patch x patch, no convolution
+    over the image channels): NaFlex-style towers (SigLIP 2, Fuyu) take (batch, patches, channels x patch x patch)."""
+    modules = list(model.modules())
+    linear = any(isinstance(module, torch.nn.Linear) and module.in_features == patch_features for module in modules)
+    convolves = any(isinstance(module, torch.nn.Conv2d) for module in modules)
+    return linear and not convolves
+
+
+def flat_patch_inputs(parameters, batch, channels, patch, rows, columns, generator) -> dict:
+    """Every image as its rows x columns patches, each flattened, with the grid and patch mask that say so."""
+    inputs = {"pixel_values": torch.randn((batch, rows * columns, channels * patch * patch), generator=generator)}
+    if "spatial_shapes" in parameters:
+        inputs["spatial_shapes"] = torch.tensor([[rows, columns]] * batch)
+    if "pixel_attention_mask" in parameters:
+        inputs["pixel_attention_mask"] = torch.ones((batch, rows * columns), dtype=torch.long)
+    return inputs
 
 
 def requires_image_sizes(model: torch.nn.Module) -> bool:
