@@ -258,3 +258,11 @@ def test_a_tower_embedding_flat_patches_gets_them_with_their_grid():
     assert inputs["spatial_shapes"].prod(-1).tolist() == [inputs["pixel_values"].shape[1]] * 2
     assert rows is None or inputs["spatial_shapes"][0].tolist() == [rows, rows]
     assert check_eager("siglip2_vision_model")["status"] == "ok"
+
+
+@pytest.mark.parametrize("model_type", ["sam", "sam_hq_mask_decoder"])
+def test_segment_anything_widths_follow_the_tiny_width(model_type):
+    config = tiny_config("sam_hq")
+    assert 2 * config.vision_config.num_pos_feats == config.mask_decoder_config.hidden_size
+    assert config.mask_decoder_config.vit_dim == config.vision_config.hidden_size
+    assert check_eager(model_type)["status"] == "ok"

@@ -80,9 +80,11 @@ SIZE_RULES: tuple[tuple[str, int], ...] = (
         r"(\w+_)?(hidden_size|d_model|n_embd|embed_dim|hidden_dim|embedding_size|projection_dim|proj_dim|d_latents|"
         r"embedding_dim|model_dim|channels|output_hidden_size|word_embed_proj_dim|q_lora_rank|kv_lora_rank|"
         r"codebook_dim|emb_dim|adapter_in_dim|adapter_out_dim|adapter_input_size|condition_dim|"
-        r"vector_quantization_hidden_dimension)|dim",
+        r"vector_quantization_hidden_dimension|vit_dim)|dim",
         HIDDEN_SIZE,
     ),
+    # sine position features, half of them sines and half cosines, add up to the width
+    (r"num_pos_feats", HIDDEN_SIZE // 2),
     # depthwise (per-channel) upsampling of a codec's decoder: one group per channel of the width
     (r"upsample_groups", HIDDEN_SIZE),
     # mixture of experts
