@@ -266,3 +266,10 @@ def test_segment_anything_widths_follow_the_tiny_width(model_type):
     assert 2 * config.vision_config.num_pos_feats == config.mask_decoder_config.hidden_size
     assert config.mask_decoder_config.vit_dim == config.vision_config.hidden_size
     assert check_eager(model_type)["status"] == "ok"
+
+
+@pytest.mark.parametrize("model_type", ["sam2", "sam2_prompt_encoder", "sam3_tracker"])
+def test_segment_anything_2_and_3_trackers_run_with_their_table_entries(model_type):
+    record = check_eager(model_type)
+    assert record["status"] == "ok", record["reason"]
+    assert record["params"] < 2_000_000

@@ -162,6 +162,29 @@ EFFICIENTNET_B0 = {
     "hidden_dim": 1280,
 }
 
+# SAM 2's Hiera backbone: four stages of one block, doubling the width up to the tiny width (a stage change is told
+# by the change of width), global attention in the first block (the others pool queries, which a global block
+# cannot), windows of at least twice the query stride (a stage change pools the last stage's window), and the neck's
+# view of it. Its per-stage lists have no generic rule.
+HIERA = {
+    "hidden_size": HIDDEN_SIZE // 8,
+    "embed_dim_per_stage": [HIDDEN_SIZE // 8, HIDDEN_SIZE // 4, HIDDEN_SIZE // 2, HIDDEN_SIZE],
+    "num_attention_heads_per_stage": [1, 1, 2, 2],
+    "blocks_per_stage": [1, 1, 1, 1],
+    "window_size_per_stage": [4, 4, 2, 2],
+    "global_attention_blocks": [0],
+    "window_positional_embedding_background_size": [2, 2],
+}
+HIERA_NECK = {
+    "backbone_channel_list": HIERA["embed_dim_per_stage"][::-1],
+    "backbone_feature_sizes": [[8, 8], [4, 4], [2, 2]],  # the first three stages of a 32 x 32 image, strides 4, 8, 16
+}
+
+
+def prefixed(prefix: str, values: dict) -> dict:
+    return {f"{prefix}{name}": value for name, value in values.items()}
+
+
 # Per model type, only where the generic rule cannot work: a path of init fields ("text_config.hidden_size") ->
 # value, applied after it.
 MODEL_OVERRIDES: dict[str, dict[str, object]] = {
@@ -192,6 +215,16 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "donut-swin": {"image_size": 2 * IMAGE_SIZE, "window_size": 2},
     # The stem (32) and head (1280) widths are constants of the modeling code, scaled only by width_coefficient:
     # keep the B0 stage widths, and B0's coefficients instead of the default B7's.
+    # The feature-map sizes the mask decoder reshapes to: the patch grid (32 / 4 = 8) upscaled x4, x2, x1.
+    "sam3_tracker": {"vision_config.backbone_feature_sizes": [[32, 32], [16, 16], [8, 8]]},
+    "sam2_hiera_det_model": HIERA,
+    "sam2_vision_model": {**prefixed("backbone_config.", HIERA), **HIERA_NECK},
+    "sam2": {
+        **prefixed("vision_config.backbone_config.", HIERA),
+        **prefixed("vision_config.", HIERA_NECK),
+        # prompts are embedded on the grid of the image embeddings: the third stage, stride 16
+        "prompt_encoder_config.patch_size": 16,
+    },
     "efficientnet": EFFICIENTNET_B0,
     # ALIGN's vision tower is an EfficientNet-B7: the same B0 widths and coefficients; the text projection matches
     # the image embeddings (the last stage's width).
