@@ -273,3 +273,13 @@ def test_segment_anything_2_and_3_trackers_run_with_their_table_entries(model_ty
     record = check_eager(model_type)
     assert record["status"] == "ok", record["reason"]
     assert record["params"] < 2_000_000
+
+
+@pytest.mark.parametrize("model_type", ["time_series_transformer", "patchtst"])
+def test_a_forecaster_gets_a_history_of_its_context_and_lags(model_type):
+    _, cls = model_class(model_type)
+    model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+    inputs = dummy_inputs(model)
+    lags = getattr(model.config, "lags_sequence", None) or [0]
+    assert inputs["past_values"].shape[1] == model.config.context_length + max(lags)
+    assert check_eager(model_type)["status"] == "ok"

@@ -11,7 +11,7 @@ sub-config a class is built from (a composite type's causal LM takes its text co
 text gets `input_ids` (+ `attention_mask`) drawn above the special token ids, encoder-decoders `decoder_input_ids`,
 vision `pixel_values` of the config's size and channels (video clips, image pairs, LLaVA-NeXT tiles + `image_sizes`,
 flattened patches + `image_grid_thw` for Qwen-style towers), audio `input_features`/`input_values` of the length
-the config implies (in one of `AUDIO_LAYOUTS`); a multimodal model gets every modality it has, with as many
+the config implies (in one of `AUDIO_LAYOUTS`), forecasters a history of `past_values`; a multimodal model gets every modality it has, with as many
 placeholder tokens in `input_ids` as its `get_image_features`/`get_audio_features` return features, framed by the
 config's start/end tokens. Refuses (ValueError) a model whose main input it cannot build.
 """
@@ -194,6 +194,8 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
     elif main in ("hidden_states", "inputs_embeds"):  # a stack that takes embeddings (or stacked audio features)
         width = first_int(config, ("input_dim", "hidden_size", "d_model", "embed_dim"), 64)
         inputs[main] = torch.randn((shape.batch, shape.text_length, width), generator=generator)
+    elif main == "past_values":  # a time series forecaster
+        inputs.update(time_series_inputs(config, parameters, shape, generator))
     elif main == "spectrogram":  # a vocoder
         bins = first_int(config, ("model_in_dim", "num_mel_bins"), 80)
         inputs[main] = torch.randn((shape.batch, AUDIO_FRAMES, bins), generator=generator)
@@ -217,6 +219,26 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         )
     if main not in inputs:
         raise ValueError(f"cannot build the main input {main!r} of {type(model).__name__}")
+    return inputs
+
+
+def time_series_inputs(config, parameters: set[str], shape: InputShape, generator: torch.Generator) -> dict:
+    """A history of `context_length` steps (plus the largest lag the model looks back to): one value per step, or
+    one per channel (`num_input_channels`), with its observed mask, time features, and padding."""
+    lags = getattr(config, "lags_sequence", None) or [0]
+    length = first_int(config, ("context_length",), 16) + max(lags)
+    channels = first_int(config, ("num_input_channels",), None)
+    size = (shape.batch, length) if channels is None else (shape.batch, length, channels)
+    inputs = {"past_values": torch.randn(size, generator=generator)}
+    if "past_observed_mask" in parameters:
+        inputs["past_observed_mask"] = torch.ones(size)
+    if "past_time_features" in parameters:
+        features = first_int(config, ("num_time_features",), 0) + first_int(config, ("num_dynamic_real_features",), 0)
+        inputs["past_time_features"] = torch.randn((shape.batch, length, features), generator=generator)
+    if "past_values_padding" in parameters:
+        inputs["past_values_padding"] = torch.zeros((shape.batch, length))
+    if "freq" in parameters:  # a frequency category per series (0: high frequency)
+        inputs["freq"] = torch.zeros((shape.batch, 1), dtype=torch.long)
     return inputs
 
 

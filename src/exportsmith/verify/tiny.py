@@ -225,6 +225,10 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
         # prompts are embedded on the grid of the image embeddings: the third stage, stride 16
         "prompt_encoder_config.patch_size": 16,
     },
+    # Forecasters whose horizon has no default (a dataset sets it); the context defaults to the horizon.
+    "time_series_transformer": {"prediction_length": 4},
+    "informer": {"prediction_length": 4},
+    "autoformer": {"prediction_length": 4},
     "efficientnet": EFFICIENTNET_B0,
     # ALIGN's vision tower is an EfficientNet-B7: the same B0 widths and coefficients; the text projection matches
     # the image embeddings (the last stage's width).
