@@ -281,7 +281,8 @@ def shrink_config_fields(config_class: type, values: dict, token_ids: "TokenIds"
     listed = values
     values = {name: value for name, value in values.items() if name in fields or name not in derived}
     old_layers = layer_count(values)
-    width_scale = shared_width_scale(values)
+    # widths also listed per block in `block_configs` (nested lists no rule rewrites) must stay as they are
+    width_scale = None if "block_configs" in values else shared_width_scale(values)
     shrunk = {}
     for name, value in values.items():
         if is_sub_config(config_class, name, value):
@@ -407,7 +408,7 @@ def size_rule(name: str) -> int | None:
     return None
 
 
-def shrink_value(name: str, value, old_layers: int | None, width_scale: float):
+def shrink_value(name: str, value, old_layers: int | None, width_scale: float | None):
     """The tiny value of one (non-sub-config, non-token-id) init field."""
     if name in OFF_FLAGS:
         return False if value else value
@@ -434,7 +435,7 @@ def remap_layer_index(index: int, old_layers: int) -> int:
     return min(NUM_LAYERS, max(1, math.floor(index * NUM_LAYERS / old_layers))) if index else 0
 
 
-def shrink_list(name: str, value: list, old_layers: int | None, width_scale: float) -> list:
+def shrink_list(name: str, value: list, old_layers: int | None, width_scale: float | None) -> list:
     """The tiny value of a list field: its items shrunk by kind, then one per tiny layer if it had one per layer."""
     shrunk = shrink_list_items(name, value, old_layers, width_scale)
     if old_layers and len(shrunk) == old_layers > NUM_LAYERS:  # one entry per layer (or per stage, counted as layers)
@@ -442,10 +443,10 @@ def shrink_list(name: str, value: list, old_layers: int | None, width_scale: flo
     return shrunk
 
 
-def shrink_list_items(name: str, value: list, old_layers: int | None, width_scale: float) -> list:
+def shrink_list_items(name: str, value: list, old_layers: int | None, width_scale: float | None) -> list:
     ints = is_int_list(value)
     if ints and WIDTH_LISTS.fullmatch(name):
-        return shrink_width_list(value, width_scale)
+        return value if width_scale is None else shrink_width_list(value, width_scale)
     if ints and HEAD_LISTS.fullmatch(name):  # per-stage heads: the same everywhere, or doubling with the widths
         return (
             [NUM_HEADS] * len(value)
