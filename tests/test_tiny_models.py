@@ -287,6 +287,6 @@ def test_a_forecaster_gets_a_history_of_its_context_and_lags(model_type):
 
 def test_widths_listed_per_block_keep_the_stem_that_feeds_them():
     default, config = CONFIG_MAPPING["pp_lcnet_v4"](), tiny_config("pp_lcnet_v4")
-    assert config.stem_channels == default.stem_channels
+    assert list(config.stem_channels) == list(default.stem_channels)
     assert config.stem_channels[-1] == config.block_configs[0][0][1]  # the stem's output is the first block's input
     assert check_eager("pp_lcnet_v4")["status"] == "ok"
