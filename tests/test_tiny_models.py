@@ -290,3 +290,10 @@ def test_widths_listed_per_block_keep_the_stem_that_feeds_them():
     assert list(config.stem_channels) == list(default.stem_channels)
     assert config.stem_channels[-1] == config.block_configs[0][0][1]  # the stem's output is the first block's input
     assert check_eager("pp_lcnet_v4")["status"] == "ok"
+
+
+def test_an_audio_code_decoder_gets_one_row_per_sample_and_codebook():
+    _, cls = model_class("musicgen_decoder")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("musicgen_decoder")))
+    assert dummy_inputs(model)["input_ids"].shape[0] == 2 * model.config.num_codebooks
+    assert check_eager("musicgen_decoder")["status"] == "ok"

@@ -465,7 +465,10 @@ MODALITIES = (
 def text_inputs(
     model, config, parameters: set[str], media: dict, shape: InputShape, generator: torch.Generator
 ) -> dict:
-    input_ids = random_tokens(vocab(config), (shape.batch, shape.text_length), generator)
+    rows = shape.batch
+    if config.model_type.endswith("_decoder") and isinstance(getattr(config, "num_codebooks", None), int):
+        rows *= config.num_codebooks  # an audio-code decoder (MusicGen) takes one row per sample and codebook
+    input_ids = random_tokens(vocab(config), (rows, shape.text_length), generator)
     token_types = torch.zeros_like(input_ids)
     for kind, modality in enumerate(MODALITIES, start=1):
         placeholder = token_id(config, *modality.placeholder)
