@@ -205,6 +205,11 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "dbrx": {"attn_config.rope_theta": 10000.0, "attn_config.clip_qkv": 8.0},
     # Its attention views queries with num_key_value_heads: kv heads must equal heads.
     "moonshine": {"encoder_num_key_value_heads": NUM_HEADS, "decoder_num_key_value_heads": NUM_HEADS},
+    # Its position ids count the tokens that are not padding: it needs a padding id, which the default leaves unset.
+    "esm": {"pad_token_id": 0},
+    # Its model builds a sliding-window mask whatever its layer types, and the default window is unset.
+    "step3p5": {"sliding_window": SLIDING_WINDOW},
+    "step3p7": {"text_config.sliding_window": SLIDING_WINDOW},
     # Its validator refuses grouped-query attention.
     "esmc": {"num_key_value_heads": NUM_HEADS},
     # `attention_layers` (derived) must have one entry per layer; it is built from these (pattern, repeats) pairs.
