@@ -225,7 +225,7 @@ def test_detector_queries_fit_in_the_tiny_image_tokens():
     assert record["status"] == "ok", record["reason"]
 
 
-@pytest.mark.parametrize("model_type", ["t5gemma2_text", "dbrx", "esm", "step3p5"])
+@pytest.mark.parametrize("model_type", ["t5gemma2_text", "dbrx", "esm", "step3p5", "paddleocr_vl_text"])
 def test_overrides_supply_what_the_defaults_lack(model_type):
     # the default config of each does not build (an attribute its modeling code reads is missing)
     assert tiny.MODEL_OVERRIDES[model_type]
@@ -297,3 +297,10 @@ def test_an_audio_code_decoder_gets_one_row_per_sample_and_codebook():
     model = build_tiny_model(cls, config_for(cls, tiny_config("musicgen_decoder")))
     assert dummy_inputs(model)["input_ids"].shape[0] == 2 * model.config.num_codebooks
     assert check_eager("musicgen_decoder")["status"] == "ok"
+
+
+def test_a_sub_config_s_derived_width_shrinks_with_it():
+    # ViT's pooler width is derived from its width once set: a dual encoder's default sets it explicitly
+    config = tiny_config("vision-text-dual-encoder")
+    assert config.vision_config.pooler_output_size == config.vision_config.hidden_size == tiny.HIDDEN_SIZE
+    assert check_eager("vision-text-dual-encoder")["status"] == "ok"

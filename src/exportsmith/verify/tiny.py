@@ -80,7 +80,7 @@ SIZE_RULES: tuple[tuple[str, int], ...] = (
         r"(\w+_)?(hidden_size|d_model|n_embd|embed_dim|hidden_dim|embedding_size|projection_dim|proj_dim|d_latents|"
         r"embedding_dim|model_dim|channels|output_hidden_size|word_embed_proj_dim|q_lora_rank|kv_lora_rank|"
         r"codebook_dim|emb_dim|adapter_in_dim|adapter_out_dim|adapter_input_size|condition_dim|"
-        r"vector_quantization_hidden_dimension|vit_dim)|dim",
+        r"vector_quantization_hidden_dimension|vit_dim|pooler_output_size)|dim",
         HIDDEN_SIZE,
     ),
     # sine position features, half of them sines and half cosines, add up to the width
@@ -210,6 +210,8 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     # Its model builds a sliding-window mask whatever its layer types, and the default window is unset.
     "step3p5": {"sliding_window": SLIDING_WINDOW},
     "step3p7": {"text_config.sliding_window": SLIDING_WINDOW},
+    # Its rotary embedding splits by an mrope_section that defaults (in the modeling code) to one for head dim 128.
+    "paddleocr_vl_text": {"rope_parameters.mrope_section": [2, 3, 3]},
     # Its validator refuses grouped-query attention.
     "esmc": {"num_key_value_heads": NUM_HEADS},
     # `attention_layers` (derived) must have one entry per layer; it is built from these (pattern, repeats) pairs.
