@@ -203,16 +203,17 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         inputs.update(image_inputs(model, config, parameters, shape, generator))
     if wants_audio:
         inputs.update(audio_inputs(config, parameters, main, audio_layout, shape, generator))
-    if "input_ids" in parameters:
-        inputs.update(text_inputs(model, config, parameters, inputs, shape, generator))
+    # A second text input (a Q-Former's prompt, ...) before the main one: image features may depend on it.
     for name in required_parameters(model):
-        if name.endswith("_input_ids") and name not in inputs:  # a second text input (a Q-Former's prompt, ...)
+        if name.endswith("_input_ids") and name not in inputs:
             prefix = name.removesuffix("_input_ids")
             inputs[name] = random_tokens(
                 vocab(sub_config(config, f"{prefix}_config", "text_config")),
                 (shape.batch, shape.text_length),
                 generator,
             )
+    if "input_ids" in parameters:
+        inputs.update(text_inputs(model, config, parameters, inputs, shape, generator))
     if "decoder_input_ids" in parameters and getattr(config, "is_encoder_decoder", False):
         inputs["decoder_input_ids"] = random_tokens(
             decoder_vocab(config), (shape.batch, shape.decoder_length), generator

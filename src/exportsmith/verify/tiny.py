@@ -212,6 +212,9 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "step3p7": {"text_config.sliding_window": SLIDING_WINDOW},
     # Its rotary embedding splits by an mrope_section that defaults (in the modeling code) to one for head dim 128.
     "paddleocr_vl_text": {"rope_parameters.mrope_section": [2, 3, 3]},
+    # The image placeholder is left unset (the processor sets it) but the model looks for it in input_ids.
+    "blip-2": {"image_token_index": SPECIAL_IDS - 1},
+    "instructblip": {"image_token_index": SPECIAL_IDS - 1},
     # Its validator refuses grouped-query attention.
     "esmc": {"num_key_value_heads": NUM_HEADS},
     # `attention_layers` (derived) must have one entry per layer; it is built from these (pattern, repeats) pairs.
