@@ -215,6 +215,8 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     # The image placeholder is left unset (the processor sets it) but the model looks for it in input_ids.
     "blip-2": {"image_token_index": SPECIAL_IDS - 1},
     "instructblip": {"image_token_index": SPECIAL_IDS - 1},
+    # Five vision layers (counted from both ends of a 24-layer tower) feed its projector: five of the tiny tower's.
+    "vipllava": {"vision_feature_layers": [-2, -3, -1, -2, 1]},
     # Its validator refuses grouped-query attention.
     "esmc": {"num_key_value_heads": NUM_HEADS},
     # `attention_layers` (derived) must have one entry per layer; it is built from these (pattern, repeats) pairs.
