@@ -217,6 +217,16 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "instructblip": {"image_token_index": SPECIAL_IDS - 1},
     # Five vision layers (counted from both ends of a 24-layer tower) feed its projector: five of the tiny tower's.
     "vipllava": {"vision_feature_layers": [-2, -3, -1, -2, 1]},
+    # Its cache has one slot per layer call: num_layers_per_stack (1) x H_cycles (2) x (L_cycles (3) + 1).
+    "hrm_text": {"num_hidden_layers": 8},
+    # Its hybrid layers share one transformer block, tied from the second hybrid layer on: it needs two of them. The
+    # block's width is twice the model's (it sees the embeddings too): left for the config to derive.
+    "zamba": {
+        "num_hidden_layers": 3,
+        "layers_block_type": ["hybrid", "linear_attention", "hybrid"],
+        "attention_hidden_size": None,
+        "attention_head_dim": None,
+    },
     # Its validator refuses grouped-query attention.
     "esmc": {"num_key_value_heads": NUM_HEADS},
     # `attention_layers` (derived) must have one entry per layer; it is built from these (pattern, repeats) pairs.
