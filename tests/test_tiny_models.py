@@ -304,3 +304,14 @@ def test_a_sub_config_s_derived_width_shrinks_with_it():
     config = tiny_config("vision-text-dual-encoder")
     assert config.vision_config.pooler_output_size == config.vision_config.hidden_size == tiny.HIDDEN_SIZE
     assert check_eager("vision-text-dual-encoder")["status"] == "ok"
+
+
+@pytest.mark.parametrize("model_type", ["bros", "layoutlm"])
+def test_a_layout_model_gets_one_ordered_box_per_token(model_type):
+    _, cls = model_class(model_type)
+    model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+    inputs = dummy_inputs(model)
+    bbox = inputs["bbox"]
+    assert bbox.shape == (*inputs["input_ids"].shape, 4)
+    assert (bbox[..., 0] <= bbox[..., 2]).all() and (bbox[..., 1] <= bbox[..., 3]).all()
+    assert check_eager(model_type)["status"] == "ok"

@@ -479,6 +479,10 @@ def text_inputs(
             input_ids = torch.cat([input_ids[:, :2], block, input_ids[:, 2:]], dim=1)
             token_types = torch.cat([token_types[:, :2], (block == placeholder).long() * kind, token_types[:, 2:]], 1)
     inputs = {"input_ids": input_ids}
+    if "bbox" in parameters:  # layout models: a box per token, (x0, y0, x1, y1) on the page (0..1000 at most)
+        page = min(1001, first_int(sub_config(config, "text_config"), ("max_2d_position_embeddings",), 1001))
+        corners = torch.randint(0, page, (*input_ids.shape, 2, 2), generator=generator).sort(dim=-2).values
+        inputs["bbox"] = corners.flatten(-2)  # the smaller corner first
     if "attention_mask" in parameters:
         inputs["attention_mask"] = torch.ones_like(input_ids)
     if "mm_token_type_ids" in parameters and media:
