@@ -315,3 +315,11 @@ def test_a_layout_model_gets_one_ordered_box_per_token(model_type):
     assert bbox.shape == (*inputs["input_ids"].shape, 4)
     assert (bbox[..., 0] <= bbox[..., 2]).all() and (bbox[..., 1] <= bbox[..., 3]).all()
     assert check_eager(model_type)["status"] == "ok"
+
+
+def test_a_tower_that_patchifies_images_itself_gets_images():
+    # RADIO's patch embedding is a Linear over flattened patches too, but it cuts the patches itself
+    _, cls = model_class("radio")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("radio")))
+    assert dummy_inputs(model)["pixel_values"].dim() == 4
+    assert check_eager("radio")["status"] == "ok"

@@ -321,7 +321,7 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
     vision = vision_config(config)
     channels, height, width = image_size(vision)
     patch = first_int(vision, ("patch_size",), None)
-    if patch and embeds_flat_patches(model, channels * patch * patch):
+    if patch and FLAT_PATCH_INPUTS & parameters and embeds_flat_patches(model, channels * patch * patch):
         return flat_patch_inputs(parameters, batch, channels, patch, height // patch, width // patch, generator)
     frames = first_int(vision, ("num_frames", "frames_per_clip"), None) or first_int(config, ("num_frames",), None)
     if "pixel_values_videos" in parameters and "pixel_values" not in parameters:
@@ -345,6 +345,10 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
         )
         pixels = (batch, tiles, channels, height, width)
     return {"pixel_values": torch.randn(pixels, generator=generator), "image_sizes": sizes}
+
+
+# Inputs that come with flattened patches (a model that patchifies images itself, RADIO, has none of them).
+FLAT_PATCH_INPUTS = {"spatial_shapes", "image_patches"}
 
 
 def embeds_flat_patches(model: torch.nn.Module, patch_features: int) -> bool:
