@@ -225,7 +225,7 @@ def test_detector_queries_fit_in_the_tiny_image_tokens():
     assert record["status"] == "ok", record["reason"]
 
 
-@pytest.mark.parametrize("model_type", ["t5gemma2_text", "dbrx", "esm", "step3p5", "paddleocr_vl_text", "instructblip", "vipllava", "hrm_text", "zamba"])
+@pytest.mark.parametrize("model_type", ["t5gemma2_text", "dbrx", "esm", "step3p5", "paddleocr_vl_text", "instructblip", "vipllava", "hrm_text", "zamba", "cohere_compass_text"])
 def test_overrides_supply_what_the_defaults_lack(model_type):
     # the default config of each does not build (an attribute its modeling code reads is missing)
     assert tiny.MODEL_OVERRIDES[model_type]
@@ -323,3 +323,13 @@ def test_a_tower_that_patchifies_images_itself_gets_images():
     model = build_tiny_model(cls, config_for(cls, tiny_config("radio")))
     assert dummy_inputs(model)["pixel_values"].dim() == 4
     assert check_eager("radio")["status"] == "ok"
+
+
+def test_widths_named_otherwise_shrink_too():
+    # a vocoder's first upsampling width, byte-group hash vocabularies and a global width named with a suffix
+    assert tiny_config("qwen2_5_omni_bigvgan").upsample_initial_channel == tiny.HIDDEN_SIZE
+    blt = tiny_config("blt")
+    assert blt.encoder_hash_byte_group_vocab == tiny.VOCAB_SIZE
+    assert blt.encoder_config.hidden_size_global == blt.global_config.hidden_size == tiny.HIDDEN_SIZE
+    record = check_eager("qwen2_5_omni_bigvgan")  # a mel spectrogram in, over the bins
+    assert record["status"] == "ok" and record["params"] < 2_000_000, record

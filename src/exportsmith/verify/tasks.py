@@ -194,6 +194,9 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
     elif main in ("hidden_states", "inputs_embeds"):  # a stack that takes embeddings (or stacked audio features)
         width = first_int(config, ("input_dim", "hidden_size", "d_model", "embed_dim"), 64)
         inputs[main] = torch.randn((shape.batch, shape.text_length, width), generator=generator)
+    elif main == "mel_spectrogram":  # a vocoder over (batch, mel bins, frames)
+        bins = first_int(config, ("mel_dim", "num_mel_bins"), 80)
+        inputs[main] = torch.randn((shape.batch, bins, AUDIO_FRAMES), generator=generator)
     elif main == "past_values":  # a time series forecaster
         inputs.update(time_series_inputs(config, parameters, shape, generator))
     elif main == "spectrogram":  # a vocoder

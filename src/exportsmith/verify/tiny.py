@@ -48,7 +48,7 @@ MAX_PARAMS = 50_000_000
 # min(default, tiny value), so a default that is already small stays as it is.
 SIZE_RULES: tuple[tuple[str, int], ...] = (
     # vocabularies (also codebooks, which index embeddings the same way)
-    (r"(\w+_)?vocab_size(_\w+)?|num_embeddings|codebook_size|num_codevectors_per_group", VOCAB_SIZE),
+    (r"(\w+_)?vocab_size(_\w+)?|num_embeddings|codebook_size|num_codevectors_per_group|\w+_group_vocab", VOCAB_SIZE),
     # key/value heads before heads
     (
         r"(\w+_)?(num_key_value_heads|num_kv_heads|kv_n_heads|num_key_value_attention_heads|linear_num_key_heads)",
@@ -80,7 +80,8 @@ SIZE_RULES: tuple[tuple[str, int], ...] = (
         r"(\w+_)?(hidden_size|d_model|n_embd|embed_dim|hidden_dim|embedding_size|projection_dim|proj_dim|d_latents|"
         r"embedding_dim|model_dim|channels|output_hidden_size|word_embed_proj_dim|q_lora_rank|kv_lora_rank|"
         r"codebook_dim|emb_dim|adapter_in_dim|adapter_out_dim|adapter_input_size|condition_dim|"
-        r"vector_quantization_hidden_dimension|vit_dim|pooler_output_size)|dim",
+        r"vector_quantization_hidden_dimension|vit_dim|pooler_output_size|hidden_size_global|"
+        r"upsample_initial_channel)|dim",
         HIDDEN_SIZE,
     ),
     # sine position features, half of them sines and half cosines, add up to the width
@@ -185,6 +186,8 @@ def prefixed(prefix: str, values: dict) -> dict:
     return {f"{prefix}{name}": value for name, value in values.items()}
 
 
+COMPASS_ROPE = {"full_attention": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}}
+
 # Per model type, only where the generic rule cannot work: a path of init fields ("text_config.hidden_size") ->
 # value, applied after it.
 MODEL_OVERRIDES: dict[str, dict[str, object]] = {
@@ -227,6 +230,9 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
         "attention_hidden_size": None,
         "attention_head_dim": None,
     },
+    # Rope parameters per layer type, empty by default; the modeling default mrope_section is for head dim 128.
+    "cohere_compass_text": {"rope_parameters": COMPASS_ROPE},
+    "cohere_compass": {"text_config.rope_parameters": COMPASS_ROPE},
     # Its validator refuses grouped-query attention.
     "esmc": {"num_key_value_heads": NUM_HEADS},
     # `attention_layers` (derived) must have one entry per layer; it is built from these (pattern, repeats) pairs.
