@@ -233,6 +233,10 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     # Rope parameters per layer type, empty by default; the modeling default mrope_section is for head dim 128.
     "cohere_compass_text": {"rope_parameters": COMPASS_ROPE},
     "cohere_compass": {"text_config.rope_parameters": COMPASS_ROPE},
+    # Its layout embeddings are six of hidden_size // 6 wide, added to the text's: the width must divide by 6.
+    "lilt": {"hidden_size": 48},
+    # Its 2-D position embeddings (4 coordinates, 2 shape sizes) are concatenated to the width: 4 x 10 + 2 x 12 = 64.
+    "layoutlmv3": {"coordinate_size": 10, "shape_size": 12},
     # Its validator refuses grouped-query attention.
     "esmc": {"num_key_value_heads": NUM_HEADS},
     # `attention_layers` (derived) must have one entry per layer; it is built from these (pattern, repeats) pairs.
