@@ -333,3 +333,11 @@ def test_widths_named_otherwise_shrink_too():
     assert blt.encoder_config.hidden_size_global == blt.global_config.hidden_size == tiny.HIDDEN_SIZE
     record = check_eager("qwen2_5_omni_bigvgan")  # a mel spectrogram in, over the bins
     assert record["status"] == "ok" and record["params"] < 2_000_000, record
+
+
+def test_a_spectrogram_classifier_gets_frames_by_mel_bins():
+    _, cls = model_class("audio-spectrogram-transformer")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("audio-spectrogram-transformer")))
+    values = dummy_inputs(model)["input_values"]
+    assert values.shape == (2, model.config.max_length, model.config.num_mel_bins)
+    assert check_eager("audio-spectrogram-transformer")["status"] == "ok"

@@ -422,7 +422,11 @@ def audio_inputs(
         if main in ("input_features", "input_values")
         else next(name for name in ("input_features", "input_values") if name in parameters)
     )
-    if name == "input_values":
+    spectrogram_frames = first_int(audio, ("max_length",), None) if hasattr(audio, "num_mel_bins") else None
+    if name == "input_values" and spectrogram_frames:  # a spectrogram classifier (AST): (batch, frames, mel bins)
+        frames = spectrogram_frames
+        size = (batch, frames, audio.num_mel_bins)
+    elif name == "input_values":
         frames = AUDIO_SAMPLES
         size = (batch, AUDIO_SAMPLES) if layout == 0 else (batch, 1, AUDIO_SAMPLES)
     else:
