@@ -237,6 +237,8 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "lilt": {"hidden_size": 48},
     # Its 2-D position embeddings (4 coordinates, 2 shape sizes) are concatenated to the width: 4 x 10 + 2 x 12 = 64.
     "layoutlmv3": {"coordinate_size": 10, "shape_size": 12},
+    # The thinker's rope index reads a vision start token that only the composite config defines.
+    "qwen2_5_omni_thinker": {"vision_start_token_id": SPECIAL_IDS - 2},
     # Its validator refuses grouped-query attention.
     "esmc": {"num_key_value_heads": NUM_HEADS},
     # `attention_layers` (derived) must have one entry per layer; it is built from these (pattern, repeats) pairs.
