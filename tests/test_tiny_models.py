@@ -225,7 +225,24 @@ def test_detector_queries_fit_in_the_tiny_image_tokens():
     assert record["status"] == "ok", record["reason"]
 
 
-@pytest.mark.parametrize("model_type", ["t5gemma2_text", "dbrx", "esm", "step3p5", "paddleocr_vl_text", "instructblip", "vipllava", "hrm_text", "zamba", "cohere_compass_text", "lilt", "layoutlmv3", "qwen2_5_omni_thinker"])
+@pytest.mark.parametrize(
+    "model_type",
+    [
+        "t5gemma2_text",
+        "dbrx",
+        "esm",
+        "step3p5",
+        "paddleocr_vl_text",
+        "instructblip",
+        "vipllava",
+        "hrm_text",
+        "zamba",
+        "cohere_compass_text",
+        "lilt",
+        "layoutlmv3",
+        "qwen2_5_omni_thinker",
+    ],
+)
 def test_overrides_supply_what_the_defaults_lack(model_type):
     # the default config of each does not build (an attribute its modeling code reads is missing)
     assert tiny.MODEL_OVERRIDES[model_type]

@@ -239,6 +239,22 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "layoutlmv3": {"coordinate_size": 10, "shape_size": 12},
     # The thinker's rope index reads a vision start token that only the composite config defines.
     "qwen2_5_omni_thinker": {"vision_start_token_id": SPECIAL_IDS - 2},
+    # Mixture-of-experts and layer-kind fields whose defaults are unset (each released checkpoint sets them) and that
+    # the modeling code reads unconditionally.
+    "dots1": {"n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1},
+    "diffusion_gemma_text": {"num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": HIDDEN_SIZE // 2},
+    "diffusion_gemma": {
+        "text_config.num_experts": 4,
+        "text_config.top_k_experts": 2,
+        "text_config.moe_intermediate_size": HIDDEN_SIZE // 2,
+    },
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
+    "deepseek_ocr2_text": {
+        "mlp_layer_types": ["dense", "sparse"],
+        "num_experts_per_tok": 2,
+        "n_group": 1,
+        "topk_group": 1,
+    },
     # Its validator refuses grouped-query attention.
     "esmc": {"num_key_value_heads": NUM_HEADS},
     # `attention_layers` (derived) must have one entry per layer; it is built from these (pattern, repeats) pairs.
@@ -383,7 +399,15 @@ def insert_mrope_section(shrunk: dict) -> None:
     rope["mrope_section"] = split_proportionally([2, 3, 3], max(3, round(HEAD_DIM * factor / 2)))
 
 
-LAYER_COUNT_NAMES = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "decoder_layers", "encoder_layers", "depth")
+LAYER_COUNT_NAMES = (
+    "num_hidden_layers",
+    "num_layers",
+    "n_layer",
+    "n_layers",
+    "decoder_layers",
+    "encoder_layers",
+    "depth",
+)
 
 
 def layer_count_name(values: dict) -> str | None:
