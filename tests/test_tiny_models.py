@@ -241,6 +241,8 @@ def test_detector_queries_fit_in_the_tiny_image_tokens():
         "lilt",
         "layoutlmv3",
         "qwen2_5_omni_thinker",
+        "dots1",
+        "lfm2_moe",
     ],
 )
 def test_overrides_supply_what_the_defaults_lack(model_type):
