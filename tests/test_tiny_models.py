@@ -225,7 +225,26 @@ def test_detector_queries_fit_in_the_tiny_image_tokens():
     assert record["status"] == "ok", record["reason"]
 
 
-@pytest.mark.parametrize("model_type", ["t5gemma2_text", "dbrx"])
+@pytest.mark.parametrize(
+    "model_type",
+    [
+        "t5gemma2_text",
+        "dbrx",
+        "esm",
+        "step3p5",
+        "paddleocr_vl_text",
+        "instructblip",
+        "vipllava",
+        "hrm_text",
+        "zamba",
+        "cohere_compass_text",
+        "lilt",
+        "layoutlmv3",
+        "qwen2_5_omni_thinker",
+        "dots1",
+        "lfm2_moe",
+    ],
+)
 def test_overrides_supply_what_the_defaults_lack(model_type):
     # the default config of each does not build (an attribute its modeling code reads is missing)
     assert tiny.MODEL_OVERRIDES[model_type]
@@ -246,3 +265,98 @@ def test_an_encoder_of_stacked_audio_features_gets_its_input_width():
     model = build_tiny_model(cls, config_for(cls, tiny_config("granite_speech_encoder")))
     assert dummy_inputs(model)["hidden_states"].shape[-1] == model.config.input_dim != tiny.HIDDEN_SIZE
     assert check_eager("granite_speech_encoder")["status"] == "ok"
+
+
+def test_a_tower_embedding_flat_patches_gets_them_with_their_grid():
+    _, cls = model_class("siglip2_vision_model")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("siglip2_vision_model")))
+    inputs = dummy_inputs(model)
+    patch, channels = model.config.patch_size, model.config.num_channels
+    rows = model.config.image_size // patch if hasattr(model.config, "image_size") else None
+    assert inputs["pixel_values"].shape[-1] == channels * patch * patch
+    assert inputs["spatial_shapes"].prod(-1).tolist() == [inputs["pixel_values"].shape[1]] * 2
+    assert rows is None or inputs["spatial_shapes"][0].tolist() == [rows, rows]
+    assert check_eager("siglip2_vision_model")["status"] == "ok"
+
+
+@pytest.mark.parametrize("model_type", ["sam", "sam_hq_mask_decoder"])
+def test_segment_anything_widths_follow_the_tiny_width(model_type):
+    config = tiny_config("sam_hq")
+    assert 2 * config.vision_config.num_pos_feats == config.mask_decoder_config.hidden_size
+    assert config.mask_decoder_config.vit_dim == config.vision_config.hidden_size
+    assert check_eager(model_type)["status"] == "ok"
+
+
+@pytest.mark.parametrize("model_type", ["sam2", "sam2_prompt_encoder", "sam3_tracker"])
+def test_segment_anything_2_and_3_trackers_run_with_their_table_entries(model_type):
+    record = check_eager(model_type)
+    assert record["status"] == "ok", record["reason"]
+    assert record["params"] < 2_000_000
+
+
+@pytest.mark.parametrize("model_type", ["time_series_transformer", "patchtst"])
+def test_a_forecaster_gets_a_history_of_its_context_and_lags(model_type):
+    _, cls = model_class(model_type)
+    model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+    inputs = dummy_inputs(model)
+    lags = getattr(model.config, "lags_sequence", None) or [0]
+    assert inputs["past_values"].shape[1] == model.config.context_length + max(lags)
+    assert check_eager(model_type)["status"] == "ok"
+
+
+def test_widths_listed_per_block_keep_the_stem_that_feeds_them():
+    default, config = CONFIG_MAPPING["pp_lcnet_v4"](), tiny_config("pp_lcnet_v4")
+    assert list(config.stem_channels) == list(default.stem_channels)
+    assert config.stem_channels[-1] == config.block_configs[0][0][1]  # the stem's output is the first block's input
+    assert check_eager("pp_lcnet_v4")["status"] == "ok"
+
+
+def test_an_audio_code_decoder_gets_one_row_per_sample_and_codebook():
+    _, cls = model_class("musicgen_decoder")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("musicgen_decoder")))
+    assert dummy_inputs(model)["input_ids"].shape[0] == 2 * model.config.num_codebooks
+    assert check_eager("musicgen_decoder")["status"] == "ok"
+
+
+def test_a_sub_config_s_derived_width_shrinks_with_it():
+    # ViT's pooler width is derived from its width once set: a dual encoder's default sets it explicitly
+    config = tiny_config("vision-text-dual-encoder")
+    assert config.vision_config.pooler_output_size == config.vision_config.hidden_size == tiny.HIDDEN_SIZE
+    assert check_eager("vision-text-dual-encoder")["status"] == "ok"
+
+
+@pytest.mark.parametrize("model_type", ["bros", "layoutlm"])
+def test_a_layout_model_gets_one_ordered_box_per_token(model_type):
+    _, cls = model_class(model_type)
+    model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+    inputs = dummy_inputs(model)
+    bbox = inputs["bbox"]
+    assert bbox.shape == (*inputs["input_ids"].shape, 4)
+    assert (bbox[..., 0] <= bbox[..., 2]).all() and (bbox[..., 1] <= bbox[..., 3]).all()
+    assert check_eager(model_type)["status"] == "ok"
+
+
+def test_a_tower_that_patchifies_images_itself_gets_images():
+    # RADIO's patch embedding is a Linear over flattened patches too, but it cuts the patches itself
+    _, cls = model_class("radio")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("radio")))
+    assert dummy_inputs(model)["pixel_values"].dim() == 4
+    assert check_eager("radio")["status"] == "ok"
+
+
+def test_widths_named_otherwise_shrink_too():
+    # a vocoder's first upsampling width, byte-group hash vocabularies and a global width named with a suffix
+    assert tiny_config("qwen2_5_omni_bigvgan").upsample_initial_channel == tiny.HIDDEN_SIZE
+    blt = tiny_config("blt")
+    assert blt.encoder_hash_byte_group_vocab == tiny.VOCAB_SIZE
+    assert blt.encoder_config.hidden_size_global == blt.global_config.hidden_size == tiny.HIDDEN_SIZE
+    record = check_eager("qwen2_5_omni_bigvgan")  # a mel spectrogram in, over the bins
+    assert record["status"] == "ok" and record["params"] < 2_000_000, record
+
+
+def test_a_spectrogram_classifier_gets_frames_by_mel_bins():
+    _, cls = model_class("audio-spectrogram-transformer")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("audio-spectrogram-transformer")))
+    values = dummy_inputs(model)["input_values"]
+    assert values.shape == (2, model.config.max_length, model.config.num_mel_bins)
+    assert check_eager("audio-spectrogram-transformer")["status"] == "ok"

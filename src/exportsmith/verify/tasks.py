@@ -11,7 +11,7 @@ sub-config a class is built from (a composite type's causal LM takes its text co
 text gets `input_ids` (+ `attention_mask`) drawn above the special token ids, encoder-decoders `decoder_input_ids`,
 vision `pixel_values` of the config's size and channels (video clips, image pairs, LLaVA-NeXT tiles + `image_sizes`,
 flattened patches + `image_grid_thw` for Qwen-style towers), audio `input_features`/`input_values` of the length
-the config implies (in one of `AUDIO_LAYOUTS`); a multimodal model gets every modality it has, with as many
+the config implies (in one of `AUDIO_LAYOUTS`), forecasters a history of `past_values`; a multimodal model gets every modality it has, with as many
 placeholder tokens in `input_ids` as its `get_image_features`/`get_audio_features` return features, framed by the
 config's start/end tokens. Refuses (ValueError) a model whose main input it cannot build.
 """
@@ -196,6 +196,11 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
     elif main in ("hidden_states", "inputs_embeds"):  # a stack that takes embeddings (or stacked audio features)
         width = first_int(config, ("input_dim", "hidden_size", "d_model", "embed_dim"), 64)
         inputs[main] = torch.randn((shape.batch, shape.text_length, width), generator=generator)
+    elif main == "mel_spectrogram":  # a vocoder over (batch, mel bins, frames)
+        bins = first_int(config, ("mel_dim", "num_mel_bins"), 80)
+        inputs[main] = torch.randn((shape.batch, bins, AUDIO_FRAMES), generator=generator)
+    elif main == "past_values":  # a time series forecaster
+        inputs.update(time_series_inputs(config, parameters, shape, generator))
     elif main == "spectrogram":  # a vocoder
         bins = first_int(config, ("model_in_dim", "num_mel_bins"), 80)
         inputs[main] = torch.randn((shape.batch, AUDIO_FRAMES, bins), generator=generator)
@@ -203,22 +208,43 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         inputs.update(image_inputs(model, config, parameters, shape, generator))
     if wants_audio:
         inputs.update(audio_inputs(config, parameters, main, audio_layout, shape, generator))
-    if "input_ids" in parameters:
-        inputs.update(text_inputs(model, config, parameters, inputs, shape, generator))
+    # A second text input (a Q-Former's prompt, ...) before the main one: image features may depend on it.
     for name in required_parameters(model):
-        if name.endswith("_input_ids") and name not in inputs:  # a second text input (a Q-Former's prompt, ...)
+        if name.endswith("_input_ids") and name not in inputs:
             prefix = name.removesuffix("_input_ids")
             inputs[name] = random_tokens(
                 vocab(sub_config(config, f"{prefix}_config", "text_config")),
                 (shape.batch, shape.text_length),
                 generator,
             )
+    if "input_ids" in parameters:
+        inputs.update(text_inputs(model, config, parameters, inputs, shape, generator))
     if "decoder_input_ids" in parameters and getattr(config, "is_encoder_decoder", False):
         inputs["decoder_input_ids"] = random_tokens(
             decoder_vocab(config), (shape.batch, shape.decoder_length), generator
         )
     if main not in inputs:
         raise ValueError(f"cannot build the main input {main!r} of {type(model).__name__}")
+    return inputs
+
+
+def time_series_inputs(config, parameters: set[str], shape: InputShape, generator: torch.Generator) -> dict:
+    """A history of `context_length` steps (plus the largest lag the model looks back to): one value per step, or
+    one per channel (`num_input_channels`), with its observed mask, time features, and padding."""
+    lags = getattr(config, "lags_sequence", None) or [0]
+    length = first_int(config, ("context_length",), 16) + max(lags)
+    channels = first_int(config, ("num_input_channels",), None)
+    size = (shape.batch, length) if channels is None else (shape.batch, length, channels)
+    inputs = {"past_values": torch.randn(size, generator=generator)}
+    if "past_observed_mask" in parameters:
+        inputs["past_observed_mask"] = torch.ones(size)
+    if "past_time_features" in parameters:
+        features = first_int(config, ("num_time_features",), 0) + first_int(config, ("num_dynamic_real_features",), 0)
+        inputs["past_time_features"] = torch.randn((shape.batch, length, features), generator=generator)
+    if "past_values_padding" in parameters:
+        inputs["past_values_padding"] = torch.zeros((shape.batch, length))
+    if "freq" in parameters:  # a frequency category per series (0: high frequency)
+        inputs["freq"] = torch.zeros((shape.batch, 1), dtype=torch.long)
     return inputs
 
 
@@ -299,6 +325,9 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
             return patch_inputs(config, "pixel_values", grid_name, shape, generator)
     vision = vision_config(config)
     channels, height, width = image_size(vision)
+    patch = first_int(vision, ("patch_size",), None)
+    if patch and FLAT_PATCH_INPUTS & parameters and embeds_flat_patches(model, channels * patch * patch):
+        return flat_patch_inputs(parameters, batch, channels, patch, height // patch, width // patch, generator)
     frames = first_int(vision, ("num_frames", "frames_per_clip"), None) or first_int(config, ("num_frames",), None)
     if "pixel_values_videos" in parameters and "pixel_values" not in parameters:
         return {"pixel_values_videos": torch.randn((batch, frames or 4, channels, height, width), generator=generator)}
@@ -321,6 +350,29 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
         )
         pixels = (batch, tiles, channels, height, width)
     return {"pixel_values": torch.randn(pixels, generator=generator), "image_sizes": sizes}
+
+
+# Inputs that come with flattened patches (a model that patchifies images itself, RADIO, has none of them).
+FLAT_PATCH_INPUTS = {"spatial_shapes", "image_patches"}
+
+
+def embeds_flat_patches(model: torch.nn.Module, patch_features: int) -> bool:
+    """Whether images are embedded from flattened patches (a Linear over channels x patch x patch, no convolution
+    over the image channels): NaFlex-style towers (SigLIP 2, Fuyu) take (batch, patches, channels x patch x patch)."""
+    modules = list(model.modules())
+    linear = any(isinstance(module, torch.nn.Linear) and module.in_features == patch_features for module in modules)
+    convolves = any(isinstance(module, torch.nn.Conv2d) for module in modules)
+    return linear and not convolves
+
+
+def flat_patch_inputs(parameters, batch, channels, patch, rows, columns, generator) -> dict:
+    """Every image as its rows x columns patches, each flattened, with the grid and patch mask that say so."""
+    inputs = {"pixel_values": torch.randn((batch, rows * columns, channels * patch * patch), generator=generator)}
+    if "spatial_shapes" in parameters:
+        inputs["spatial_shapes"] = torch.tensor([[rows, columns]] * batch)
+    if "pixel_attention_mask" in parameters:
+        inputs["pixel_attention_mask"] = torch.ones((batch, rows * columns), dtype=torch.long)
+    return inputs
 
 
 def requires_image_sizes(model: torch.nn.Module) -> bool:
@@ -372,7 +424,11 @@ def audio_inputs(
         if main in ("input_features", "input_values")
         else next(name for name in ("input_features", "input_values") if name in parameters)
     )
-    if name == "input_values":
+    spectrogram_frames = first_int(audio, ("max_length",), None) if hasattr(audio, "num_mel_bins") else None
+    if name == "input_values" and spectrogram_frames:  # a spectrogram classifier (AST): (batch, frames, mel bins)
+        frames = spectrogram_frames
+        size = (batch, frames, audio.num_mel_bins)
+    elif name == "input_values":
         frames = AUDIO_SAMPLES
         size = (batch, AUDIO_SAMPLES) if layout == 0 else (batch, 1, AUDIO_SAMPLES)
     else:
@@ -423,7 +479,10 @@ MODALITIES = (
 def text_inputs(
     model, config, parameters: set[str], media: dict, shape: InputShape, generator: torch.Generator
 ) -> dict:
-    input_ids = random_tokens(vocab(config), (shape.batch, shape.text_length), generator)
+    rows = shape.batch
+    if config.model_type.endswith("_decoder") and isinstance(getattr(config, "num_codebooks", None), int):
+        rows *= config.num_codebooks  # an audio-code decoder (MusicGen) takes one row per sample and codebook
+    input_ids = random_tokens(vocab(config), (rows, shape.text_length), generator)
     token_types = torch.zeros_like(input_ids)
     for kind, modality in enumerate(MODALITIES, start=1):
         placeholder = token_id(config, *modality.placeholder)
@@ -433,6 +492,10 @@ def text_inputs(
             input_ids = torch.cat([input_ids[:, :2], block, input_ids[:, 2:]], dim=1)
             token_types = torch.cat([token_types[:, :2], (block == placeholder).long() * kind, token_types[:, 2:]], 1)
     inputs = {"input_ids": input_ids}
+    if "bbox" in parameters:  # layout models: a box per token, (x0, y0, x1, y1) on the page (0..1000 at most)
+        page = min(1001, first_int(sub_config(config, "text_config"), ("max_2d_position_embeddings",), 1001))
+        corners = torch.randint(0, page, (*input_ids.shape, 2, 2), generator=generator).sort(dim=-2).values
+        inputs["bbox"] = corners.flatten(-2)  # the smaller corner first
     if "attention_mask" in parameters:
         inputs["attention_mask"] = torch.ones_like(input_ids)
     if "mm_token_type_ids" in parameters and media:

@@ -49,7 +49,7 @@ MAX_PARAMS = 50_000_000
 # min(default, tiny value), so a default that is already small stays as it is.
 SIZE_RULES: tuple[tuple[str, int], ...] = (
     # vocabularies (also codebooks, which index embeddings the same way)
-    (r"(\w+_)?vocab_size(_\w+)?|num_embeddings|codebook_size|num_codevectors_per_group", VOCAB_SIZE),
+    (r"(\w+_)?vocab_size(_\w+)?|num_embeddings|codebook_size|num_codevectors_per_group|\w+_group_vocab", VOCAB_SIZE),
     # key/value heads before heads
     (
         r"(\w+_)?(num_key_value_heads|num_kv_heads|kv_n_heads|num_key_value_attention_heads|linear_num_key_heads)",
@@ -81,9 +81,12 @@ SIZE_RULES: tuple[tuple[str, int], ...] = (
         r"(\w+_)?(hidden_size|d_model|n_embd|embed_dim|hidden_dim|embedding_size|projection_dim|proj_dim|d_latents|"
         r"embedding_dim|model_dim|channels|output_hidden_size|word_embed_proj_dim|q_lora_rank|kv_lora_rank|"
         r"codebook_dim|emb_dim|adapter_in_dim|adapter_out_dim|adapter_input_size|condition_dim|"
-        r"vector_quantization_hidden_dimension)|dim",
+        r"vector_quantization_hidden_dimension|vit_dim|pooler_output_size|hidden_size_global|"
+        r"upsample_initial_channel)|dim",
         HIDDEN_SIZE,
     ),
+    # sine position features, half of them sines and half cosines, add up to the width
+    (r"num_pos_feats", HIDDEN_SIZE // 2),
     # depthwise (per-channel) upsampling of a codec's decoder: one group per channel of the width
     (r"upsample_groups", HIDDEN_SIZE),
     # mixture of experts
@@ -161,6 +164,31 @@ EFFICIENTNET_B0 = {
     "hidden_dim": 1280,
 }
 
+# SAM 2's Hiera backbone: four stages of one block, doubling the width up to the tiny width (a stage change is told
+# by the change of width), global attention in the first block (the others pool queries, which a global block
+# cannot), windows of at least twice the query stride (a stage change pools the last stage's window), and the neck's
+# view of it. Its per-stage lists have no generic rule.
+HIERA = {
+    "hidden_size": HIDDEN_SIZE // 8,
+    "embed_dim_per_stage": [HIDDEN_SIZE // 8, HIDDEN_SIZE // 4, HIDDEN_SIZE // 2, HIDDEN_SIZE],
+    "num_attention_heads_per_stage": [1, 1, 2, 2],
+    "blocks_per_stage": [1, 1, 1, 1],
+    "window_size_per_stage": [4, 4, 2, 2],
+    "global_attention_blocks": [0],
+    "window_positional_embedding_background_size": [2, 2],
+}
+HIERA_NECK = {
+    "backbone_channel_list": HIERA["embed_dim_per_stage"][::-1],
+    "backbone_feature_sizes": [[8, 8], [4, 4], [2, 2]],  # the first three stages of a 32 x 32 image, strides 4, 8, 16
+}
+
+
+def prefixed(prefix: str, values: dict) -> dict:
+    return {f"{prefix}{name}": value for name, value in values.items()}
+
+
+COMPASS_ROPE = {"full_attention": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}}
+
 # Per model type, only where the generic rule cannot work: a path of init fields ("text_config.hidden_size") ->
 # value, applied after it.
 MODEL_OVERRIDES: dict[str, dict[str, object]] = {
@@ -181,6 +209,53 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "dbrx": {"attn_config.rope_theta": 10000.0, "attn_config.clip_qkv": 8.0},
     # Its attention views queries with num_key_value_heads: kv heads must equal heads.
     "moonshine": {"encoder_num_key_value_heads": NUM_HEADS, "decoder_num_key_value_heads": NUM_HEADS},
+    # Its position ids count the tokens that are not padding: it needs a padding id, which the default leaves unset.
+    "esm": {"pad_token_id": 0},
+    # Its model builds a sliding-window mask whatever its layer types, and the default window is unset.
+    "step3p5": {"sliding_window": SLIDING_WINDOW},
+    "step3p7": {"text_config.sliding_window": SLIDING_WINDOW},
+    # Its rotary embedding splits by an mrope_section that defaults (in the modeling code) to one for head dim 128.
+    "paddleocr_vl_text": {"rope_parameters.mrope_section": [2, 3, 3]},
+    # The image placeholder is left unset (the processor sets it) but the model looks for it in input_ids.
+    "blip-2": {"image_token_index": SPECIAL_IDS - 1},
+    "instructblip": {"image_token_index": SPECIAL_IDS - 1},
+    # Five vision layers (counted from both ends of a 24-layer tower) feed its projector: five of the tiny tower's.
+    "vipllava": {"vision_feature_layers": [-2, -3, -1, -2, 1]},
+    # Its cache has one slot per layer call: num_layers_per_stack (1) x H_cycles (2) x (L_cycles (3) + 1).
+    "hrm_text": {"num_hidden_layers": 8},
+    # Its hybrid layers share one transformer block, tied from the second hybrid layer on: it needs two of them. The
+    # block's width is twice the model's (it sees the embeddings too): left for the config to derive.
+    "zamba": {
+        "num_hidden_layers": 3,
+        "layers_block_type": ["hybrid", "linear_attention", "hybrid"],
+        "attention_hidden_size": None,
+        "attention_head_dim": None,
+    },
+    # Rope parameters per layer type, empty by default; the modeling default mrope_section is for head dim 128.
+    "cohere_compass_text": {"rope_parameters": COMPASS_ROPE},
+    "cohere_compass": {"text_config.rope_parameters": COMPASS_ROPE},
+    # Its layout embeddings are six of hidden_size // 6 wide, added to the text's: the width must divide by 6.
+    "lilt": {"hidden_size": 48},
+    # Its 2-D position embeddings (4 coordinates, 2 shape sizes) are concatenated to the width: 4 x 10 + 2 x 12 = 64.
+    "layoutlmv3": {"coordinate_size": 10, "shape_size": 12},
+    # The thinker's rope index reads a vision start token that only the composite config defines.
+    "qwen2_5_omni_thinker": {"vision_start_token_id": SPECIAL_IDS - 2},
+    # Mixture-of-experts and layer-kind fields whose defaults are unset (each released checkpoint sets them) and that
+    # the modeling code reads unconditionally.
+    "dots1": {"n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1},
+    "diffusion_gemma_text": {"num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": HIDDEN_SIZE // 2},
+    "diffusion_gemma": {
+        "text_config.num_experts": 4,
+        "text_config.top_k_experts": 2,
+        "text_config.moe_intermediate_size": HIDDEN_SIZE // 2,
+    },
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
+    "deepseek_ocr2_text": {
+        "mlp_layer_types": ["dense", "sparse"],
+        "num_experts_per_tok": 2,
+        "n_group": 1,
+        "topk_group": 1,
+    },
     # Its validator refuses grouped-query attention.
     "esmc": {"num_key_value_heads": NUM_HEADS},
     # `attention_layers` (derived) must have one entry per layer; it is built from these (pattern, repeats) pairs.
@@ -191,6 +266,20 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "donut-swin": {"image_size": 2 * IMAGE_SIZE, "window_size": 2},
     # The stem (32) and head (1280) widths are constants of the modeling code, scaled only by width_coefficient:
     # keep the B0 stage widths, and B0's coefficients instead of the default B7's.
+    # The feature-map sizes the mask decoder reshapes to: the patch grid (32 / 4 = 8) upscaled x4, x2, x1.
+    "sam3_tracker": {"vision_config.backbone_feature_sizes": [[32, 32], [16, 16], [8, 8]]},
+    "sam2_hiera_det_model": HIERA,
+    "sam2_vision_model": {**prefixed("backbone_config.", HIERA), **HIERA_NECK},
+    "sam2": {
+        **prefixed("vision_config.backbone_config.", HIERA),
+        **prefixed("vision_config.", HIERA_NECK),
+        # prompts are embedded on the grid of the image embeddings: the third stage, stride 16
+        "prompt_encoder_config.patch_size": 16,
+    },
+    # Forecasters whose horizon has no default (a dataset sets it); the context defaults to the horizon.
+    "time_series_transformer": {"prediction_length": 4},
+    "informer": {"prediction_length": 4},
+    "autoformer": {"prediction_length": 4},
     "efficientnet": EFFICIENTNET_B0,
     # ALIGN's vision tower is an EfficientNet-B7: the same B0 widths and coefficients; the text projection matches
     # the image embeddings (the last stage's width).
@@ -254,7 +343,8 @@ def shrink_config_fields(config_class: type, values: dict, token_ids: "TokenIds"
     listed = values
     values = {name: value for name, value in values.items() if name in fields or name not in derived}
     old_layers = layer_count(values)
-    width_scale = shared_width_scale(values)
+    # widths also listed per block in `block_configs` (nested lists no rule rewrites) must stay as they are
+    width_scale = None if "block_configs" in values else shared_width_scale(values)
     shrunk = {}
     for name, value in values.items():
         if is_sub_config(config_class, name, value):
@@ -321,7 +411,15 @@ def insert_mrope_section(shrunk: dict) -> None:
     rope["mrope_section"] = split_proportionally([2, 3, 3], max(3, round(HEAD_DIM * factor / 2)))
 
 
-LAYER_COUNT_NAMES = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "decoder_layers", "encoder_layers", "depth")
+LAYER_COUNT_NAMES = (
+    "num_hidden_layers",
+    "num_layers",
+    "n_layer",
+    "n_layers",
+    "decoder_layers",
+    "encoder_layers",
+    "depth",
+)
 
 
 def layer_count_name(values: dict) -> str | None:
@@ -380,7 +478,7 @@ def size_rule(name: str) -> int | None:
     return None
 
 
-def shrink_value(name: str, value, old_layers: int | None, width_scale: float):
+def shrink_value(name: str, value, old_layers: int | None, width_scale: float | None):
     """The tiny value of one (non-sub-config, non-token-id) init field."""
     if name in OFF_FLAGS:
         return False if value else value
@@ -407,7 +505,7 @@ def remap_layer_index(index: int, old_layers: int) -> int:
     return min(NUM_LAYERS, max(1, math.floor(index * NUM_LAYERS / old_layers))) if index else 0
 
 
-def shrink_list(name: str, value: list, old_layers: int | None, width_scale: float) -> list:
+def shrink_list(name: str, value: list, old_layers: int | None, width_scale: float | None) -> list:
     """The tiny value of a list field: its items shrunk by kind, then one per tiny layer if it had one per layer."""
     shrunk = shrink_list_items(name, value, old_layers, width_scale)
     if old_layers and len(shrunk) == old_layers > NUM_LAYERS:  # one entry per layer (or per stage, counted as layers)
@@ -415,10 +513,10 @@ def shrink_list(name: str, value: list, old_layers: int | None, width_scale: flo
     return shrunk
 
 
-def shrink_list_items(name: str, value: list, old_layers: int | None, width_scale: float) -> list:
+def shrink_list_items(name: str, value: list, old_layers: int | None, width_scale: float | None) -> list:
     ints = is_int_list(value)
     if ints and WIDTH_LISTS.fullmatch(name):
-        return shrink_width_list(value, width_scale)
+        return value if width_scale is None else shrink_width_list(value, width_scale)
     if ints and HEAD_LISTS.fullmatch(name):  # per-stage heads: the same everywhere, or doubling with the widths
         return (
             [NUM_HEADS] * len(value)
