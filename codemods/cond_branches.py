@@ -41,8 +41,8 @@ a size test whose branch only raises, and one `and`-joined to other tests. Known
 both arms without the predicate, so an arm that is only well-formed under it (`query * key` when `q_len == kv_len`)
 or returns slices with `Max(1, s)` strides fails to export. Comparisons of whole-tensor reductions (`x.sum() > t`)
 and `.item()` of an `any`/`all` test are tensor tests. Other tests (a parameter `seq_len == 1`) are neither
-rewritten nor reported. Shared modules (`masking_utils.py`, `cache_utils.py`, ...) are never changed: they are
-vendored only when their rewrite is purely additive.
+rewritten nor reported. Shared modules (`modeling_utils.py`, `cache_utils.py`, ...) are never changed: a rewrite
+there would vendor the whole module, and the classes they define must stay transformers' own.
 """
 
 from __future__ import annotations
@@ -54,9 +54,8 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from .base import Codemod
+from .base import LINE_LENGTH, Codemod
 
-LINE_LENGTH = 119
 IS_EXPORTING = "torch.compiler.is_exporting()"
 _REDUCTIONS = frozenset({"any", "all"})
 # Calls that return bool tensors: `~` on them (and on `.any()`/`.all()` of them) is a logical not
@@ -1055,7 +1054,7 @@ class CondBranches(Codemod):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         module = self.context.full_module_name
         if module is not None and module.startswith("transformers.") and not module.startswith("transformers.models."):
-            return tree  # shared modules are vendored only when their rewrite is purely additive
+            return tree  # a shared module's classes must stay transformers' own (see the module docstring)
         body, changed, line = [], False, 1 + len(tree.header)
         torch_imported, indent = _imports_torch(tree), len(tree.default_indent.expandtabs(4))
         for stmt in tree.body:
