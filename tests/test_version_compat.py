@@ -38,7 +38,6 @@ MODELS = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gpt2", "mixtr
 # A name that cannot collide with the committed `generated` package, which refuses to import on another version.
 PACKAGE = "compat_generated"
 
-VMAP_MASK = "vmap mask (codemod vmap_masks)"
 SLIDING_WINDOW = (
     "sliding-window cache: 4.57 keeps min(length, window - 1) tokens and a program traced inside the window guards "
     "against lengths past it (issue 4); 4.56 computes the mask offset as a tensor from cache_position[0] and "
@@ -47,16 +46,10 @@ SLIDING_WINDOW = (
 MOE_NONZERO = "MoE expert loop over `expert_hit.nonzero()`: data-dependent loop, no rewrite yet"
 
 # 4.x: model -> ((failure kind, a phrase of its message), ...), why. In 4.56/4.57 every sdpa mask is built with
-# torch.vmap, whose `flat_apply` node `torch.export.save` cannot serialize: that is the last stage, everything before
-# it passes. The sliding-window models fail differently on 4.56 and 4.57 (see SLIDING_WINDOW).
-SAVE_LOAD_VMAP = (("save-load", "flat_apply"),)
+# torch.vmap, whose `flat_apply` node `torch.export.save` cannot serialize; the vmap-masks codemod removes it, so the
+# models below are the only ones that still fail. The sliding-window models fail differently on 4.56 and 4.57.
 SLIDING_WINDOW_GUARDS = (("guard-rejected", "Guard failed"), ("export-error", "masking_utils.py"))
 KNOWN_FAILURES_4X = {
-    "llama": (SAVE_LOAD_VMAP, VMAP_MASK),
-    "qwen2": (SAVE_LOAD_VMAP, VMAP_MASK),
-    "qwen3": (SAVE_LOAD_VMAP, VMAP_MASK),
-    "phi3": (SAVE_LOAD_VMAP, VMAP_MASK),
-    "gpt2": (SAVE_LOAD_VMAP, VMAP_MASK),
     "mistral": (SLIDING_WINDOW_GUARDS, SLIDING_WINDOW),
     "gemma2": (SLIDING_WINDOW_GUARDS, SLIDING_WINDOW),
     "mixtral": ((("export-error", "GuardOnDataDependentSymNode"),), MOE_NONZERO),
