@@ -188,6 +188,8 @@ def prefixed(prefix: str, values: dict) -> dict:
 
 COMPASS_ROPE = {"full_attention": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}}
 
+DEEPSEEK_OCR2_TEXT = {"mlp_layer_types": ["dense", "sparse"], "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1}
+
 # Per model type, only where the generic rule cannot work: a path of init fields ("text_config.hidden_size") ->
 # value, applied after it.
 MODEL_OVERRIDES: dict[str, dict[str, object]] = {
@@ -249,12 +251,8 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
         "text_config.moe_intermediate_size": HIDDEN_SIZE // 2,
     },
     "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
-    "deepseek_ocr2_text": {
-        "mlp_layer_types": ["dense", "sparse"],
-        "num_experts_per_tok": 2,
-        "n_group": 1,
-        "topk_group": 1,
-    },
+    "deepseek_ocr2_text": DEEPSEEK_OCR2_TEXT,
+    "deepseek_ocr2": prefixed("text_config.", DEEPSEEK_OCR2_TEXT),
     # Its validator refuses grouped-query attention.
     "esmc": {"num_key_value_heads": NUM_HEADS},
     # `attention_layers` (derived) must have one entry per layer; it is built from these (pattern, repeats) pairs.
