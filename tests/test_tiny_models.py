@@ -360,3 +360,16 @@ def test_a_spectrogram_classifier_gets_frames_by_mel_bins():
     values = dummy_inputs(model)["input_values"]
     assert values.shape == (2, model.config.max_length, model.config.num_mel_bins)
     assert check_eager("audio-spectrogram-transformer")["status"] == "ok"
+
+
+def test_a_multimodal_model_without_its_towers_gets_text_only():
+    _, cls = model_class("gemma4")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("gemma4")))
+    assert model.config.vision_config is None
+    assert "pixel_values" not in dummy_inputs(model)
+    assert check_eager("gemma4")["status"] == "ok"
+
+
+def test_a_part_its_container_leaves_out_is_not_counted():
+    record = check_eager("gemma4_unified_vision")
+    assert record["status"] == "build-error" and "leaves it out" in record["reason"], record
