@@ -95,10 +95,10 @@ def check_eager(model_type: str) -> dict:
         container = containing_model_type(model_type)
         if container is None:
             return {"params": None, "model_class": None, "status": "build-error", "reason": first_line(error)}
-        if not holds_config(tiny_config(container), CONFIG_MAPPING[model_type]):
+        record = check_eager(container)
+        if record["status"] == "ok" and not holds_config(tiny_config(container), CONFIG_MAPPING[model_type]):
             reason = f"part of {container}, whose default config leaves it out: it is never built"
             return {"params": None, "model_class": None, "status": "build-error", "reason": reason}
-        record = check_eager(container)
         reason = f"built as part of {container}" + (f": {record['reason']}" if record["reason"] else "")
         return {**record, "reason": reason}
     stage = "build-error"
