@@ -243,6 +243,7 @@ def test_detector_queries_fit_in_the_tiny_image_tokens():
         "qwen2_5_omni_thinker",
         "dots1",
         "lfm2_moe",
+        "qwen4_exp_text",
     ],
 )
 def test_overrides_supply_what_the_defaults_lack(model_type):
