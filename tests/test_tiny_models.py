@@ -374,3 +374,11 @@ def test_a_multimodal_model_without_its_towers_gets_text_only():
 def test_a_part_its_container_leaves_out_is_not_counted():
     record = check_eager("gemma4_unified_vision")
     assert record["status"] == "build-error" and "leaves it out" in record["reason"], record
+
+
+def test_a_decoder_built_on_its_own_gets_encoder_states_to_attend_to():
+    _, cls = model_class("t5gemma2_decoder")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("t5gemma2_decoder")))
+    states = dummy_inputs(model)["encoder_hidden_states"]
+    assert states.shape == (2, 8, model.config.hidden_size)
+    assert check_eager("t5gemma2_decoder")["status"] == "ok"

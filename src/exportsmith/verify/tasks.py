@@ -219,6 +219,10 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
             )
     if "input_ids" in parameters:
         inputs.update(text_inputs(model, config, parameters, inputs, shape, generator))
+    if "encoder_hidden_states" in parameters and type(model).__name__.endswith("Decoder") and main == "input_ids":
+        # the decoder of an encoder-decoder built on its own cross-attends to encoder states
+        width = first_int(config, ("hidden_size", "d_model"), 64)
+        inputs["encoder_hidden_states"] = torch.randn((shape.batch, shape.text_length, width), generator=generator)
     if "decoder_input_ids" in parameters and getattr(config, "is_encoder_decoder", False):
         inputs["decoder_input_ids"] = random_tokens(
             decoder_vocab(config), (shape.batch, shape.decoder_length), generator
