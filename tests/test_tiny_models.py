@@ -244,6 +244,7 @@ def test_detector_queries_fit_in_the_tiny_image_tokens():
         "dots1",
         "lfm2_moe",
         "qwen4_exp_text",
+        "reformer",
     ],
 )
 def test_overrides_supply_what_the_defaults_lack(model_type):

@@ -265,6 +265,14 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "qwen4_exp": prefixed("text_config.", QWEN4_INDEXER),
     "deepseek_ocr2_text": DEEPSEEK_OCR2_TEXT,
     "deepseek_ocr2": prefixed("text_config.", DEEPSEEK_OCR2_TEXT),
+    # Its axial position embeddings split the width (16 + 48) over a grid of positions (4 x 4) that the attention
+    # chunks (4 tokens) divide.
+    "reformer": {
+        "axial_pos_embds_dim": [16, 48],
+        "axial_pos_shape": [4, 4],
+        "local_attn_chunk_length": 4,
+        "lsh_attn_chunk_length": 4,
+    },
     # Its validator refuses grouped-query attention.
     "esmc": {"num_key_value_heads": NUM_HEADS},
     # `attention_layers` (derived) must have one entry per layer; it is built from these (pattern, repeats) pairs.
