@@ -243,6 +243,8 @@ def test_detector_queries_fit_in_the_tiny_image_tokens():
         "qwen2_5_omni_thinker",
         "dots1",
         "lfm2_moe",
+        "qwen4_exp_text",
+        "reformer",
     ],
 )
 def test_overrides_supply_what_the_defaults_lack(model_type):
@@ -360,3 +362,24 @@ def test_a_spectrogram_classifier_gets_frames_by_mel_bins():
     values = dummy_inputs(model)["input_values"]
     assert values.shape == (2, model.config.max_length, model.config.num_mel_bins)
     assert check_eager("audio-spectrogram-transformer")["status"] == "ok"
+
+
+def test_a_multimodal_model_without_its_towers_gets_text_only():
+    _, cls = model_class("gemma4")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("gemma4")))
+    assert model.config.vision_config is None
+    assert "pixel_values" not in dummy_inputs(model)
+    assert check_eager("gemma4")["status"] == "ok"
+
+
+def test_a_part_its_container_leaves_out_is_not_counted():
+    record = check_eager("gemma4_unified_vision")
+    assert record["status"] == "build-error" and "leaves it out" in record["reason"], record
+
+
+def test_a_decoder_built_on_its_own_gets_encoder_states_to_attend_to():
+    _, cls = model_class("t5gemma2_decoder")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("t5gemma2_decoder")))
+    states = dummy_inputs(model)["encoder_hidden_states"]
+    assert states.shape == (2, 8, model.config.hidden_size)
+    assert check_eager("t5gemma2_decoder")["status"] == "ok"

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from exportsmith.verify.check import FAILURE_KINDS, verify_model
 from exportsmith.verify.errors import first_line
@@ -76,6 +77,14 @@ def is_out_of_memory(error: BaseException) -> bool:
 MISSING_PACKAGE = re.compile(r"requires the (\w+) library but it was not found")
 
 
+def holds_config(config, config_class: type) -> bool:
+    """Whether `config` or one of its sub-configs (recursively) is a `config_class`, set rather than left None."""
+    if isinstance(config, config_class):
+        return True
+    subs = (getattr(config, name, None) for name in getattr(config, "sub_configs", {}))
+    return any(holds_config(sub, config_class) for sub in subs if sub is not None)
+
+
 def check_eager(model_type: str) -> dict:
     """Build the tiny model of `model_type` (refused above the budget, or when it needs a missing optional package)
     and run one eager forward on dummy inputs. A part of a model without a class of its own (a mask decoder) is
@@ -87,6 +96,9 @@ def check_eager(model_type: str) -> dict:
         if container is None:
             return {"params": None, "model_class": None, "status": "build-error", "reason": first_line(error)}
         record = check_eager(container)
+        if record["status"] == "ok" and not holds_config(tiny_config(container), CONFIG_MAPPING[model_type]):
+            reason = f"part of {container}, whose default config leaves it out: it is never built"
+            return {"params": None, "model_class": None, "status": "build-error", "reason": reason}
         reason = f"built as part of {container}" + (f": {record['reason']}" if record["reason"] else "")
         return {**record, "reason": reason}
     stage = "build-error"

@@ -182,15 +182,17 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
     parameters, main = set(ordered), main_input(model, ordered)
     inputs = {}
     # Every modality the model has: its main input, a placeholder token for it, or a sub-config for its encoder.
+    # A tower whose sub-config is left out (None: a text-only checkpoint of a multimodal family) is not built.
     wants_images = main == "pixel_values_videos" or (
         "pixel_values" in parameters
         and (main == "pixel_values" or has_image_token(config) or hasattr(config, "vision_config"))
+        and not tower_left_out(config, "vision_config", main)
     )
     wants_audio = bool({"input_features", "input_values"} & parameters) and (
         main in ("input_features", "input_values")
         or has_audio_token(config)
         or (hasattr(config, "audio_config") and not unset_placeholder(config, MODALITIES[1]))
-    )
+    ) and not tower_left_out(config, "audio_config", main)
     if main == "hidden_states" and "grid_thw" in parameters:  # a Qwen-style vision tower on its own
         inputs.update(patch_inputs(config, "hidden_states", "grid_thw", shape, generator))
     elif main in ("hidden_states", "inputs_embeds"):  # a stack that takes embeddings (or stacked audio features)
@@ -219,6 +221,10 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
             )
     if "input_ids" in parameters:
         inputs.update(text_inputs(model, config, parameters, inputs, shape, generator))
+    if "encoder_hidden_states" in parameters and type(model).__name__.endswith("Decoder") and main == "input_ids":
+        # the decoder of an encoder-decoder built on its own cross-attends to encoder states
+        width = first_int(config, ("hidden_size", "d_model"), 64)
+        inputs["encoder_hidden_states"] = torch.randn((shape.batch, shape.text_length, width), generator=generator)
     if "decoder_input_ids" in parameters and getattr(config, "is_encoder_decoder", False):
         inputs["decoder_input_ids"] = random_tokens(
             decoder_vocab(config), (shape.batch, shape.decoder_length), generator
@@ -246,6 +252,13 @@ def time_series_inputs(config, parameters: set[str], shape: InputShape, generato
     if "freq" in parameters:  # a frequency category per series (0: high frequency)
         inputs["freq"] = torch.zeros((shape.batch, 1), dtype=torch.long)
     return inputs
+
+
+def tower_left_out(config, name: str, main: str) -> bool:
+    """The config has the tower's sub-config slot but leaves it empty, and the tower's input is not the main one."""
+    return name in getattr(config, "sub_configs", {}) and getattr(config, name, None) is None and main != (
+        "pixel_values" if name == "vision_config" else "input_features"
+    )
 
 
 def sub_config(config, *names):

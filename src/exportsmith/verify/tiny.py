@@ -189,6 +189,18 @@ def prefixed(prefix: str, values: dict) -> dict:
 
 COMPASS_ROPE = {"full_attention": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}}
 
+DEEPSEEK_OCR2_TEXT = {"mlp_layer_types": ["dense", "sparse"], "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1}
+
+# Qwen4-exp's sparse-attention indexer (heads, head dim, token budget and compression), unset by default: sizes that
+# follow the tiny attention and keep a top-k over the 8-token examples.
+QWEN4_INDEXER = {
+    "indexer_n_heads": NUM_HEADS,
+    "indexer_kv_heads": 1,  # its validator requires one
+    "indexer_head_dim": HEAD_DIM,
+    "indexer_budget": 8,
+    "indexer_compress_ratio": 2,
+}
+
 # Per model type, only where the generic rule cannot work: a path of init fields ("text_config.hidden_size") ->
 # value, applied after it.
 MODEL_OVERRIDES: dict[str, dict[str, object]] = {
@@ -250,11 +262,17 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
         "text_config.moe_intermediate_size": HIDDEN_SIZE // 2,
     },
     "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
-    "deepseek_ocr2_text": {
-        "mlp_layer_types": ["dense", "sparse"],
-        "num_experts_per_tok": 2,
-        "n_group": 1,
-        "topk_group": 1,
+    "qwen4_exp_text": QWEN4_INDEXER,
+    "qwen4_exp": prefixed("text_config.", QWEN4_INDEXER),
+    "deepseek_ocr2_text": DEEPSEEK_OCR2_TEXT,
+    "deepseek_ocr2": prefixed("text_config.", DEEPSEEK_OCR2_TEXT),
+    # Its axial position embeddings split the width (16 + 48) over a grid of positions (4 x 4) that the attention
+    # chunks (4 tokens) divide.
+    "reformer": {
+        "axial_pos_embds_dim": [16, 48],
+        "axial_pos_shape": [4, 4],
+        "local_attn_chunk_length": 4,
+        "lsh_attn_chunk_length": 4,
     },
     # Its validator refuses grouped-query attention.
     "esmc": {"num_key_value_heads": NUM_HEADS},
