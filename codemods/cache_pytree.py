@@ -240,7 +240,6 @@ def _counters(classes: list[cst.ClassDef]) -> dict[str, tuple[str, ...]]:
     run once) updates, looking through the module's own base classes too. When the class also gets attributes from a
     base defined elsewhere, what that base's `__init__` sets is unknown, so the `__init__` requirement is dropped.
     Non-int values of a counter are carried as usual at run time: the list only has to contain every counter."""
-    by_name = {cls.name.value: cls for cls in classes}
     result = {}
     for cls in classes:
         chain, external, todo = [], False, [cls]
@@ -248,8 +247,11 @@ def _counters(classes: list[cst.ClassDef]) -> dict[str, tuple[str, ...]]:
             current = todo.pop()
             chain.append(current)
             for base in _base_names(current):
-                if base in by_name:
-                    todo.append(by_name[base])
+                # A base name means the module's class only if one of that name is defined above: in
+                # `class Cache(Cache)` (modular files re-define imported classes) the base is the import
+                own = _defined_above(classes, current, base)
+                if own is not None:
+                    todo.append(own)
                 elif base not in ("ABC", "object"):
                     external = True
         initialized, updated, ints = set(), set(), set()
@@ -264,6 +266,13 @@ def _counters(classes: list[cst.ClassDef]) -> dict[str, tuple[str, ...]]:
         counters = updated & ints if external else updated & ints & initialized
         result[cls.name.value] = tuple(sorted(counters))
     return result
+
+
+def _defined_above(classes: list[cst.ClassDef], cls: cst.ClassDef, name: str) -> cst.ClassDef | None:
+    """The last class named `name` defined before `cls` in the module, which is what `name` is bound to when the
+    `class` statement of `cls` runs; None when the name comes from elsewhere (an import)."""
+    index = next(i for i, other in enumerate(classes) if other is cls)
+    return next((other for other in reversed(classes[:index]) if other.name.value == name), None)
 
 
 _CACHE_UTILS_IMPORT = re.compile(r"^from [.\w]*cache_utils import (?:\(([^)]*)\)|([^(\n]*)$)", re.MULTILINE)
