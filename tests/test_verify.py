@@ -220,3 +220,21 @@ def test_an_encoder_decoder_decodes_from_encoder_outputs_and_an_encoder_decoder_
         assert inputs["decoder_input_ids"].shape == (case.batch, case.new_tokens)
         assert inputs["encoder_outputs"][0].shape[0] == case.batch
     assert len({case.inputs()["encoder_outputs"][0].shape[1] for case in decode.cases}) > 1
+
+
+def test_a_failure_is_located_in_the_innermost_frame_of_the_named_packages(tmp_path):
+    import importlib.util
+
+    from exportsmith.verify.errors import user_location
+
+    (tmp_path / "my_generated").mkdir()
+    path = tmp_path / "my_generated" / "masks.py"
+    path.write_text("def build():\n    raise ValueError('data-dependent')\n")
+    spec = importlib.util.spec_from_file_location("my_generated_masks", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:
+        module.build()
+    except ValueError as error:
+        assert user_location(error, ("transformers", "my_generated")) == "my_generated/masks.py:2"
+        assert user_location(error) is None  # not a package it was told about

@@ -157,19 +157,20 @@ def verify_model(model_type: str, package: str = "generated", subject: str = "ge
     if subject not in SUBJECTS:
         raise ValueError(f"unknown subject {subject!r}; one of {', '.join(SUBJECTS)}")
     result = VerifyResult(model_type, subject)
+    where = ("transformers", package)  # the packages whose frames locate a failure
     try:
         original, generated = build_pair(model_type, package if subject == "generated" else None)
         result.model_class = type(original).__name__
     except TooLarge as error:
         return result.fail("refused", str(error))
     except Exception as error:
-        return result.fail("build", first_line(error), user_location(error))
+        return result.fail("build", first_line(error), user_location(error, where))
     subject_model = generated if generated is not None else original
     try:
         programs = programs_for(original)
         references = {(p.name, c.name): run(original, c.inputs()) for p in programs for c in p.cases}
     except Exception as error:
-        return result.fail("eager", first_line(error), user_location(error))
+        return result.fail("eager", first_line(error), user_location(error, where))
     if generated is not None:
         try:
             check_eager_identity(original, generated, programs, references)
@@ -196,7 +197,7 @@ def verify_model(model_type: str, package: str = "generated", subject: str = "ge
             result.cases.append(record)
     if export_errors:
         message = "; ".join(f"{name}: {first_line(error)}" for name, error in export_errors)
-        return result.fail("export-error", message, user_location(export_errors[0][1]))
+        return result.fail("export-error", message, user_location(export_errors[0][1], where))
     # A wrong result is worse than a refused input: report mismatches first.
     wrong = [r for r in result.cases if r.max_diff is not None and not r.max_diff <= MAX_ABS_DIFF]
     if wrong:

@@ -16,16 +16,16 @@ def first_line(error: BaseException) -> str:
 USER_PACKAGES = ("transformers", "generated")
 
 
-def user_location(error: BaseException) -> str | None:
-    """`package/.../file.py:line` of the innermost frame in transformers or a `generated` package, along the error's
-    chain of causes (torch re-raises model errors from its own frames)."""
+def user_location(error: BaseException, packages: tuple[str, ...] = USER_PACKAGES) -> str | None:
+    """`package/.../file.py:line` of the innermost frame in transformers or a generated package (`packages` names
+    them), along the error's chain of causes (torch re-raises model errors from its own frames)."""
     found = None
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
         for frame in traceback.extract_tb(error.__traceback__):
             parts = Path(frame.filename).parts
-            for package in USER_PACKAGES:
+            for package in packages:
                 if package in parts:
                     index = len(parts) - 1 - parts[::-1].index(package)
                     found = f"{Path(*parts[index:]).as_posix()}:{frame.lineno}"

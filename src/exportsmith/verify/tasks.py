@@ -188,11 +188,15 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         and (main == "pixel_values" or has_image_token(config) or hasattr(config, "vision_config"))
         and not tower_left_out(config, "vision_config", main)
     )
-    wants_audio = bool({"input_features", "input_values"} & parameters) and (
-        main in ("input_features", "input_values")
-        or has_audio_token(config)
-        or (hasattr(config, "audio_config") and not unset_placeholder(config, MODALITIES[1]))
-    ) and not tower_left_out(config, "audio_config", main)
+    wants_audio = (
+        bool({"input_features", "input_values"} & parameters)
+        and (
+            main in ("input_features", "input_values")
+            or has_audio_token(config)
+            or (hasattr(config, "audio_config") and not unset_placeholder(config, MODALITIES[1]))
+        )
+        and not tower_left_out(config, "audio_config", main)
+    )
     if main == "hidden_states" and "grid_thw" in parameters:  # a Qwen-style vision tower on its own
         inputs.update(patch_inputs(config, "hidden_states", "grid_thw", shape, generator))
     elif main in ("hidden_states", "inputs_embeds"):  # a stack that takes embeddings (or stacked audio features)
@@ -256,8 +260,10 @@ def time_series_inputs(config, parameters: set[str], shape: InputShape, generato
 
 def tower_left_out(config, name: str, main: str) -> bool:
     """The config has the tower's sub-config slot but leaves it empty, and the tower's input is not the main one."""
-    return name in getattr(config, "sub_configs", {}) and getattr(config, name, None) is None and main != (
-        "pixel_values" if name == "vision_config" else "input_features"
+    return (
+        name in getattr(config, "sub_configs", {})
+        and getattr(config, name, None) is None
+        and main != ("pixel_values" if name == "vision_config" else "input_features")
     )
 
 
