@@ -109,6 +109,24 @@ class _Bound(NamedTuple):
 NO_NAMES = _Bound(frozenset(), frozenset())
 
 
+class _LazyBound:
+    """A function's `_Bound`, found on first use: most functions have no `if` that asks, and the search walks the
+    whole function."""
+
+    def __init__(self, function: cst.FunctionDef):
+        self.function = function
+        self.bound: _Bound | None = None
+
+    def _get(self) -> _Bound:
+        if self.bound is None:
+            self.bound = _bound_names(self.function)
+        return self.bound
+
+    sizes = property(lambda self: self._get().sizes)
+    values = property(lambda self: self._get().values)
+    numpy = property(lambda self: self._get().numpy)
+
+
 class _Refusal(Exception):
     """Why a candidate `if` is left as it is; caught per site and reported."""
 
@@ -203,11 +221,47 @@ def _holds_reduction(node: cst.BaseExpression) -> bool:
     return _value_reduction(node) is not None
 
 
+class _Bindings(cst.CSTVisitor):
+    """One walk over a function: its assignments, the other places that bind names, and whether it uses numpy."""
+
+    def __init__(self):
+        self.assigns: list[cst.Assign] = []
+        self.rebound: set[str] = set()
+        self.numpy = False
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self.assigns.append(node)
+
+    def _rebind(self, target: cst.CSTNode | None) -> None:
+        if target is not None:
+            self.rebound.update(name.value for name in m.findall(target, m.Name()))
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._rebind(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._rebind(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._rebind(node.target)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self._rebind(node.target)
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self._rebind(node.name)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self.numpy = self.numpy or m.matches(node.value, m.Name("np") | m.Name("numpy"))
+
+
 def _bound_names(function: cst.FunctionDef) -> _Bound:
     """The names `function` binds only from sizes (`seq_len = x.shape[1]`, `batch, seq_len, _ = x.shape`) or only
     from whole-tensor reductions."""
-    sizes, values, others = set(), set(), set()
-    for assign in m.findall(function, m.Assign()):
+    bindings = _Bindings()
+    function.visit(bindings)
+    sizes, values, others = set(), set(), set(bindings.rebound)
+    for assign in bindings.assigns:
         for target in assign.targets:
             names = [e for e in _target_elements(target.target) if isinstance(e, cst.Name)]
             whole_shape = m.matches(assign.value, m.Attribute(attr=m.Name("shape"))) or m.matches(
@@ -221,11 +275,7 @@ def _bound_names(function: cst.FunctionDef) -> _Bound:
                 sizes.update(name.value for name in names)
             else:
                 others.update(name.value for name in names)
-    for node in m.findall(function, m.AugAssign() | m.For() | m.AnnAssign() | m.NamedExpr() | m.Param()):
-        target = getattr(node, "target", None) or getattr(node, "name", None)
-        others.update(n.value for n in m.findall(target, m.Name()) if target is not None)
-    numpy = bool(m.findall(function, m.Attribute(value=m.Name("np") | m.Name("numpy"))))
-    return _Bound(frozenset(sizes - others), frozenset(values - others), numpy)
+    return _Bound(frozenset(sizes - others), frozenset(values - others), bindings.numpy)
 
 
 def _data_dependent_call(test: cst.BaseExpression, shapes: _Bound = NO_NAMES) -> str | None:
@@ -669,7 +719,7 @@ class _Candidates(_Statements, cst.CSTVisitor):
         self.shapes: list[_Bound] = [NO_NAMES]
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.shapes.append(_bound_names(node))
+        self.shapes.append(_LazyBound(node))
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self.shapes.pop()
@@ -695,7 +745,7 @@ class _Rewriter(_Statements, cst.CSTTransformer):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.functions.append(node)
-        self.shapes.append(_bound_names(node))
+        self.shapes.append(_LazyBound(node))
 
     def leave_FunctionDef(self, original_node, updated_node):
         self.functions.pop()
