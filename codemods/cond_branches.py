@@ -653,6 +653,56 @@ def _assignments(block: cst.BaseSuite) -> list[cst.Assign]:
     return found
 
 
+# Methods and attributes whose result may share storage with the tensor they are called on
+_VIEW_METHODS = frozenset(
+    "as_strided bfloat16 bool chunk contiguous detach diagonal double expand expand_as flatten float half int long "
+    "movedim narrow permute reshape reshape_as select split squeeze swapaxes t to transpose type type_as unbind "
+    "unflatten unsqueeze view view_as".split()
+)
+_VIEW_ATTRIBUTES = frozenset({"T", "mT", "H", "mH", "data", "real", "imag"})
+
+
+def _view_root(node: cst.BaseExpression) -> str | None:
+    """The name whose storage `node` may share: `x`, `x[:, -1:]`, `x.transpose(1, 2).float()`, `x.T`; else None."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Subscript):
+        return _view_root(node.value)
+    if isinstance(node, cst.Attribute) and node.attr.value in _VIEW_ATTRIBUTES:
+        return _view_root(node.value)
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _VIEW_METHODS:
+        return _view_root(node.func.value)
+    return None
+
+
+def _views_of_inputs(block: cst.BaseSuite) -> dict[str, str]:
+    """Names that may leave `block` as a view of (or the same tensor as) a name the block did not compute, e.g.
+    `hidden_states = hidden_states[:, -1:]`: torch.cond rejects an output that aliases an input. A later plain
+    assignment at the block's top level clears a name; one in a nested `if` cannot (it may not run)."""
+    views, computed = {}, set()
+
+    def assign(node: cst.Assign, certain: bool) -> None:
+        names = [e.value for t in node.targets for e in _target_elements(t.target) if isinstance(e, cst.Name)]
+        root = _view_root(node.value)
+        for name in names:
+            if root is not None and (root in views or root not in computed):
+                views[name] = views.get(root, root)
+            elif certain:
+                views.pop(name, None)
+        computed.update(names)
+
+    for stmt in block.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Assign):
+                    assign(small, certain=True)
+        elif isinstance(stmt, cst.If):
+            for inner in _if_parts(stmt)[1]:
+                for node in _assignments(inner):
+                    assign(node, certain=False)
+    return views
+
+
 def _assigned_names(block: cst.BaseSuite) -> list[str]:
     names = []
     for assign in _assignments(block):
@@ -893,6 +943,13 @@ class _Rewriter(_Statements, cst.CSTTransformer):
                     raise _Refusal(
                         f"the branch sets `{_one_line(targets[0])}` to the non-tensor value "
                         f"`{_one_line(assign.value)}`"
+                    )
+        for block in blocks:
+            views = _views_of_inputs(block)
+            for name in results:
+                if name in views:
+                    raise _Refusal(
+                        f"the branch may leave `{name}` a view of `{views[name]}`, which torch.cond cannot alias"
                     )
         operands = [name for name in results if self._has_value_before(function, name, anchor)]
         for name in results:

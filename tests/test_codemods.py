@@ -119,6 +119,19 @@ def test_counters_are_the_int_attributes_that_methods_update():
     assert '@register_cache_pytree_node(counters=("offset",))\nclass ToyOffsetCache(DynamicCache):' in local
 
 
+_CANNOT_ALIAS = "which torch.cond cannot alias"
+
+
+def test_cond_branches_rewrites_an_arm_that_computes_from_a_view():
+    source = (
+        "import torch\n\n\ndef f(hidden_states, mask):\n    if mask.any():\n"
+        "        hidden_states = hidden_states.view(-1)\n        hidden_states = hidden_states * 2\n"
+        "    return hidden_states\n"
+    )
+    change = run_codemods(source, "demo.py", DEFAULT_MODULE, codemods=(BY_NAME["cond_branches"],))
+    assert [f.kind for f in change.findings] == ["rewritten"] and "torch.cond(" in change.rewritten
+
+
 def _cond_findings(case: str):
     change = _run(FIXTURES / "cond_branches" / f"{case}.in.py")
     return change, [(f.line, f.kind, f.construct, f.reason) for f in change.findings]
@@ -245,6 +258,14 @@ def test_cond_branches_reports_every_shape_it_rewrites():
                     "(seq_len > self.max_seq_len_cached).any()",
                     "the branch calls `.register_buffer(...)`, which mutates its object",
                 ),
+            ],
+        ),
+        (
+            "refuse_views",
+            [
+                (5, "mask.any()", f"the branch may leave `hidden_states` a view of `hidden_states`, {_CANNOT_ALIAS}"),
+                (11, "mask.all()", f"the branch may leave `hidden_states` a view of `hidden_states`, {_CANNOT_ALIAS}"),
+                (19, "mask.any()", f"the branch may leave `hidden_states` a view of `hidden_states`, {_CANNOT_ALIAS}"),
             ],
         ),
         ("no_torch_import", [(6, "hidden_states.isnan().any()", "the module does not `import torch`")]),
