@@ -663,7 +663,8 @@ _VIEW_ATTRIBUTES = frozenset({"T", "mT", "H", "mH", "data", "real", "imag"})
 
 
 def _view_root(node: cst.BaseExpression) -> str | None:
-    """The name whose storage `node` may share: `x`, `x[:, -1:]`, `x.transpose(1, 2).float()`, `x.T`; else None."""
+    """The name whose storage `node` may share: `x`, `x[:, -1:]`, `x.transpose(1, 2).float()`, `x.T`,
+    `torch.narrow(x, ...)`; else None."""
     if isinstance(node, cst.Name):
         return node.value
     if isinstance(node, cst.Subscript):
@@ -671,8 +672,15 @@ def _view_root(node: cst.BaseExpression) -> str | None:
     if isinstance(node, cst.Attribute) and node.attr.value in _VIEW_ATTRIBUTES:
         return _view_root(node.value)
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _VIEW_METHODS:
+        if isinstance(node.func.value, cst.Name) and node.func.value.value == "torch":  # torch.narrow(x, ...)
+            return _first_argument_root(node)
         return _view_root(node.func.value)
     return None
+
+
+def _first_argument_root(call: cst.Call) -> str | None:
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    return _view_root(positional[0].value) if positional else None
 
 
 def _views_of_inputs(block: cst.BaseSuite) -> dict[str, str]:
@@ -684,6 +692,10 @@ def _views_of_inputs(block: cst.BaseSuite) -> dict[str, str]:
     def assign(node: cst.Assign, certain: bool) -> None:
         names = [e.value for t in node.targets for e in _target_elements(t.target) if isinstance(e, cst.Name)]
         root = _view_root(node.value)
+        if root is None and isinstance(node.value, cst.Call) and isinstance(node.value.func, cst.Name):
+            # `x = slice_logits_to_keep(x, n)`: a helper that transforms its argument may return (a view of) it
+            first = _first_argument_root(node.value)
+            root = first if first in names else None
         for name in names:
             if root is not None and (root in views or root not in computed):
                 views[name] = views.get(root, root)

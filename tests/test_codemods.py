@@ -266,6 +266,8 @@ def test_cond_branches_reports_every_shape_it_rewrites():
                 (5, "mask.any()", f"the branch may leave `hidden_states` a view of `hidden_states`, {_CANNOT_ALIAS}"),
                 (11, "mask.all()", f"the branch may leave `hidden_states` a view of `hidden_states`, {_CANNOT_ALIAS}"),
                 (19, "mask.any()", f"the branch may leave `hidden_states` a view of `hidden_states`, {_CANNOT_ALIAS}"),
+                (28, "mask.any()", f"the branch may leave `hidden_states` a view of `hidden_states`, {_CANNOT_ALIAS}"),
+                (34, "mask.any()", f"the branch may leave `hidden_states` a view of `hidden_states`, {_CANNOT_ALIAS}"),
             ],
         ),
         ("no_torch_import", [(6, "hidden_states.isnan().any()", "the module does not `import torch`")]),
