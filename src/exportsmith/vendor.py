@@ -18,9 +18,11 @@ from __future__ import annotations
 import builtins
 import hashlib
 import re
+from dataclasses import dataclass
 
 import black
 import libcst as cst
+import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 
 from . import __version__
@@ -178,9 +180,10 @@ def vendor_shared(
     """The one code path for a shared module a codemod changed: its vendored text and the names models import from
     it. `provided` holds what the shared modules vendored before this one provide (their redirects apply here too).
     """
-    if is_additive(change):
+    overrides = method_overrides(change)
+    if overrides is not None:
         text = black.format_str(vendor_shared_additions(change, module_name, version, regenerate), mode=BLACK)
-        return text, added_names(change)
+        return text, added_names(change) | frozenset(_override_plan(change, overrides).classes)
     names = set().union(*map(_bound_names, _rewritten_tree(change).body))
     return vendor_module(change, module_name, version, provided, regenerate), frozenset(names)
 
@@ -198,24 +201,41 @@ class _NameUses(cst.CSTVisitor):
 
 
 def vendor_shared_additions(change: Change, module_name: str, version: str, regenerate: str) -> str:
-    """The added statements of an additive shared-module rewrite, as a module importing what they use from the
-    installed module. Refuses a rewrite that changed or removed any original statement."""
+    """The extension rendering of a shared-module rewrite: the added statements, importing what they use from the
+    installed module, then (when the rewrite changed methods of classes) same-named subclasses of the installed
+    classes that override those methods (see `_override_plan`). Refuses any other change of an original statement."""
+    overrides = method_overrides(change)
+    if overrides is None:
+        raise VendorError(f"{change.relpath}: the rewrite changes existing statements; only additions can be vendored")
     original = cst.parse_module(change.original)
     rewritten = _rewritten_tree(change)
     kept = set(_statement_codes(original))
-    old = _statement_codes(original)
-    new = [stmt for stmt in rewritten.body if rewritten.code_for_node(stmt) not in kept]
-    surviving = [code for code in _statement_codes(rewritten) if code in kept]
-    if surviving != old:
-        raise VendorError(f"{change.relpath}: the rewrite changes existing statements; only additions can be vendored")
+    changed = {
+        stmt.name.value for stmt in rewritten.body if isinstance(stmt, cst.ClassDef) and stmt.name.value in overrides
+    }
+    new = [
+        stmt
+        for stmt in rewritten.body
+        if rewritten.code_for_node(stmt) not in kept
+        and not (isinstance(stmt, cst.ClassDef) and stmt.name.value in changed)
+    ]
+    plan = _override_plan(change, overrides)
     imports = [stmt for stmt in new if _is_import(stmt)]
     code = [stmt for stmt in new if not _is_import(stmt)]
+    if plan.classes:
+        code = [_qualify_registration(stmt, plan.classes, module_name) for stmt in code]
     defined = set().union(*map(_bound_names, code))
     uses = _NameUses()
     for stmt in code:
         stmt.visit(uses)
+    overriding = plan.render(module_name, rewritten)
+    overriding_module = cst.parse_module(overriding)
+    overriding_module.visit(uses)
+    defined |= set(plan.classes) | set().union(*map(_bound_names, overriding_module.body))
     needed = sorted(uses.names - defined - set(dir(builtins)))
     lines = [rewritten.code_for_node(stmt).strip("\n") + "\n" for stmt in imports]
+    if plan.classes:
+        lines.append(f"import {module_name}\n")
     from_module = []
     for name in needed:
         binding = _import_binding(original, module_name, name)
@@ -227,7 +247,161 @@ def vendor_shared_additions(change: Change, module_name: str, version: str, rege
     if from_module:
         lines.append(f"from {module_name} import {', '.join(from_module)}\n")
     body = "".join(rewritten.code_for_node(stmt) for stmt in code)
-    return header(change, version, regenerate) + "\n" + "".join(sorted(set(lines))) + body
+    return header(change, version, regenerate) + "\n" + "".join(sorted(set(lines))) + body + overriding
+
+
+def method_overrides(change: Change) -> dict[str, tuple[str, ...]] | None:
+    """Class name -> the methods the rewrite changed, when every original statement survives unchanged except classes
+    whose only changes are method bodies (same methods, same order, nothing else touched); None otherwise. Empty
+    for a purely additive rewrite."""
+    original = cst.parse_module(change.original)
+    rewritten = _rewritten_tree(change)
+    old = _statement_codes(original)
+    kept = set(old)
+    if [code for code in _statement_codes(rewritten) if code in kept] == old:
+        return {}
+    rewritten_classes = {stmt.name.value: stmt for stmt in rewritten.body if isinstance(stmt, cst.ClassDef)}
+    overrides: dict[str, tuple[str, ...]] = {}
+    new = set(_statement_codes(rewritten))
+    for stmt in original.body:
+        if original.code_for_node(stmt) in new:
+            continue
+        if not isinstance(stmt, cst.ClassDef) or stmt.name.value not in rewritten_classes:
+            return None
+        methods = _changed_methods(stmt, rewritten_classes[stmt.name.value], original, rewritten)
+        if not methods:
+            return None
+        overrides[stmt.name.value] = methods
+    return overrides
+
+
+def _changed_methods(
+    old: cst.ClassDef, new: cst.ClassDef, original: cst.Module, rewritten: cst.Module
+) -> tuple[str, ...] | None:
+    """The methods whose code differs between two versions of a class, when nothing else differs; a method that
+    calls `super()` without arguments is refused (in a subclass it would resolve to the method it overrides)."""
+    if (
+        old.with_changes(body=old.body.with_changes(body=())).deep_equals(
+            new.with_changes(body=new.body.with_changes(body=()))
+        )
+        is False
+    ):
+        return None
+    old_body, new_body = old.body.body, new.body.body
+    if len(old_body) != len(new_body):
+        return None
+    changed = []
+    for before, after in zip(old_body, new_body):
+        if original.code_for_node(before) == rewritten.code_for_node(after):
+            continue
+        if not (isinstance(before, cst.FunctionDef) and isinstance(after, cst.FunctionDef)):
+            return None
+        if before.name.value != after.name.value or m.findall(after, m.Call(func=m.Name("super"), args=[])):
+            return None
+        changed.append(after.name.value)
+    return tuple(changed)
+
+
+@dataclass(frozen=True)
+class _OverridePlan:
+    """The vendored classes of an extension: `methods` (class -> the rewritten methods it overrides), `inheriting`
+    (module classes deriving from those, class -> their module-level bases), `constructors` (caches whose `__init__`
+    picks layer classes, directly or through a module-level mapping)."""
+
+    methods: dict[str, tuple[str, ...]]
+    inheriting: dict[str, tuple[str, ...]]
+    constructors: tuple[str, ...]
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        return (*self.methods, *self.inheriting, *self.constructors)
+
+    def render(self, module_name: str, rewritten: cst.Module) -> str:
+        if not self.methods:
+            return ""
+        classes = {stmt.name.value: stmt for stmt in rewritten.body if isinstance(stmt, cst.ClassDef)}
+        parts = [
+            "\n\n# The classes the rewrite changes, as subclasses of the installed ones with the same names: they override "
+            "only the\n# rewritten methods, so `isinstance` against transformers' classes holds and their layers need no "
+            "state of their own.\n"
+        ]
+        for name, methods in self.methods.items():
+            listed = ", ".join(f"`{method}`" for method in methods)
+            header = cst.parse_statement(
+                f'class {name}({module_name}.{name}):\n    """transformers\' `{name}` with the rewritten {listed}."""\n'
+            )
+            overriding = [
+                stmt.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+                for stmt in classes[name].body.body
+                if isinstance(stmt, cst.FunctionDef) and stmt.name.value in methods
+            ]
+            body = header.body.with_changes(body=[*header.body.body, *overriding])
+            parts.append("\n\n" + cst.Module(body=[header.with_changes(body=body)]).code)
+        for name, bases in self.inheriting.items():
+            parts.append(f"\n\nclass {name}({module_name}.{name}, {', '.join(bases)}):\n")
+            parts.append(
+                f'    """transformers\' class, with the rewritten methods of {", ".join(f"`{b}`" for b in bases)}."""\n'
+            )
+        layers = [*self.methods, *self.inheriting]
+        for name in self.constructors:
+            parts.append(f"\n\nclass {name}({module_name}.{name}):\n")
+            parts.append(
+                f'    """transformers\' `{name}`, whose layers are this module\'s classes where it has one of the same '
+                'name."""\n\n'
+                "    def __init__(self, *args, **kwargs):\n"
+                "        super().__init__(*args, **kwargs)\n"
+                "        # transformers' `__init__` picks its own layer classes; this module's only override methods, so a "
+                "layer can\n        # take the subclass as it is\n"
+                "        for layer in self.layers:\n"
+                "            layer.__class__ = _OVERRIDING_LAYERS.get(type(layer), type(layer))\n"
+            )
+        if self.constructors:
+            mapping = ", ".join(f"{module_name}.{name}: {name}" for name in layers)
+            parts.append(f"\n\n_OVERRIDING_LAYERS = {{{mapping}}}\n")
+        parts.append("\n")
+        parts += [f"{REGISTER}({name})\n" for name in self.classes]
+        return "".join(parts)
+
+
+REGISTER = "register_cache_pytree_node"
+
+
+def _override_plan(change: Change, overrides: dict[str, tuple[str, ...]]) -> _OverridePlan:
+    rewritten = _rewritten_tree(change)
+    classes = [stmt for stmt in rewritten.body if isinstance(stmt, cst.ClassDef)]
+    methods = {name: overrides[name] for name in (cls.name.value for cls in classes) if overrides.get(name)}
+    inheriting: dict[str, tuple[str, ...]] = {}
+    for cls in classes:  # source order: a base is seen before the classes deriving from it
+        bases = tuple(base.value.value for base in cls.bases if isinstance(base.value, cst.Name))
+        vendored = tuple(base for base in bases if base in methods or base in inheriting)
+        if vendored and cls.name.value not in methods:
+            inheriting[cls.name.value] = vendored
+    layers = set(methods) | set(inheriting)
+    mappings = set()
+    for stmt in rewritten.body:
+        if m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name())])])):
+            if {node.value for node in m.findall(stmt, m.Name())} & layers:
+                mappings.add(stmt.body[0].targets[0].target.value)
+    constructors = []
+    for cls in classes:
+        init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
+        if init is not None and cls.name.value not in layers:
+            if {node.value for node in m.findall(init, m.Name())} & (layers | mappings):
+                constructors.append(cls.name.value)
+    return _OverridePlan(methods, inheriting, tuple(constructors)) if methods else _OverridePlan({}, {}, ())
+
+
+def _qualify_registration(stmt: cst.BaseStatement, names: tuple[str, ...], module_name: str) -> cst.BaseStatement:
+    """`register(X, ...)` of a class the extension redefines registers the installed class: `register(module.X, ...)`."""
+    call = m.SimpleStatementLine(
+        body=[m.Expr(value=m.Call(func=m.Name(REGISTER), args=[m.Arg(value=m.Name()), m.ZeroOrMore()]))]
+    )
+    if not m.matches(stmt, call) or stmt.body[0].value.args[0].value.value not in names:
+        return stmt
+    expr = stmt.body[0].value
+    qualified = cst.parse_expression(f"{module_name}.{expr.args[0].value.value}")
+    args = [expr.args[0].with_changes(value=qualified), *expr.args[1:]]
+    return stmt.with_changes(body=[stmt.body[0].with_changes(value=expr.with_changes(args=args))])
 
 
 def _is_import(stmt: cst.CSTNode) -> bool:
