@@ -224,3 +224,26 @@ def test_a_whole_shared_module_imports_other_vendored_shared_modules_side_by_sid
         "from transformers.cache_utils import (\n    Cache,\n)\nfrom .cache_utils import (\n    new_name,\n)\n" in text
     )
     assert "from transformers.utils import logging\n" in text
+
+
+def test_auto_classes_of_a_vendored_model_pick_the_generated_copies(rendered, tmp_path):
+    """A generated multimodal model builds its text model with `AutoModel.from_config`: the shared auto classes give
+    the generated class where the package has one, and transformers' own class otherwise."""
+    text = rendered.files["_shared/models/auto.py"]
+    assert "class AutoModel(_auto.AutoModel):" in text and "class AutoModelForCausalLM(" in text
+    write_tree(rendered.files, tmp_path / "gen")
+    script = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import transformers
+import gen.llama
+from gen._shared.models.auto import AutoModel, AutoModelForCausalLM
+from exportsmith.verify import tiny_config
+llama = AutoModelForCausalLM.from_config(tiny_config("llama"))
+bert = AutoModel.from_config(transformers.BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                                     intermediate_size=8))
+print(type(llama).__module__, type(bert).__module__)
+"""
+    result = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["gen.llama.modeling_llama", "transformers.models.bert.modeling_bert"]
