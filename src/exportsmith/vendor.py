@@ -7,10 +7,14 @@ create_causal_mask`), and a header naming the transformers version, the source f
 applied.
 
 A shared module that any codemod changes is vendored once under `generated/_shared/`, by one of two renderings
-(`vendor_shared`): a rewrite that only adds statements (cache_utils: the pytree registrations) as an extension, the
-added statements importing what they use from the installed module, so models keep using transformers' own classes
-and import only the added names from `_shared`; any other rewrite (masking_utils: the vmap mask expansion) as a whole
-module, rendered like a model module, and models import every name it defines from `_shared`.
+(`vendor_shared`): a rewrite that only adds statements, or changes only method bodies of classes (cache_utils: the
+pytree registrations, the sliding-window layer), as an extension: the added statements importing what they use from
+the installed module, and, for changed methods, same-named subclasses of the installed classes that override just
+those methods (plus the module's classes inheriting them, and the caches that pick layer classes), so models keep
+using transformers' classes or subclasses of them (`isinstance`, `generate()` keep working) and import only the added
+and overriding names from `_shared`; any other rewrite (masking_utils: the vmap mask expansion) as a whole module,
+rendered like a model module, and models import every name it defines from `_shared`. `_shared/models/auto.py` gives
+auto model classes that pick the generated classes, for the sub-models vendored models build with `AutoModel`.
 """
 
 from __future__ import annotations
