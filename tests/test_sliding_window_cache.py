@@ -150,3 +150,57 @@ def test_the_vendored_cache_builds_the_vendored_layers_and_stays_a_transformers_
     assert hybrid.update is vendored.DynamicSlidingWindowLayer.update
     assert hybrid.get_mask_sizes is vendored.DynamicSlidingWindowLayer.get_mask_sizes
     assert hybrid.update_conv_state is transformers.cache_utils.LinearAttentionLayer.update_conv_state
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Runtime: `_ignore_causal_mask_sdpa` returns False first under export (export-early-return)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_ignore_causal_mask_sdpa_is_unchanged_in_eager():
+    from generated._shared import masking_utils as vendored_masks
+
+    ones = torch.ones(2, 9, dtype=torch.bool)
+    padded = ones.clone()
+    padded[0, 0] = False
+    cases = [
+        (None, 1, 5, 4, 0),
+        (ones, 1, 8, 8, 1),  # longer than the keys: the visible part is gathered
+        (ones, 4, 9, 5, 0),
+        (padded, 4, 9, 5, 0),
+        (padded, 1, 8, 8, 1),
+        (ones, 9, 9, 0, 0, 4),  # local attention size reached
+    ]
+    for case in cases:
+        expected = transformers.masking_utils._ignore_causal_mask_sdpa(*case)
+        assert vendored_masks._ignore_causal_mask_sdpa(*case) == expected, case
+
+
+class _MaskSkip(torch.nn.Module):
+    def __init__(self, ignore):
+        super().__init__()
+        self.ignore = ignore
+
+    def forward(self, padding_mask, cache_length):
+        # a sliding window of 4: the mask covers past + new tokens, the keys at most 3 + new ones
+        past = cache_length.shape[0]
+        q_length = padding_mask.shape[-1] - past
+        kv_length, kv_offset = torch.sym_min(past, 3) + q_length, past - torch.sym_min(past, 3)
+        skip = self.ignore(padding_mask, q_length, kv_length, past, kv_offset)
+        return padding_mask.float() + float(skip)
+
+
+@pytest.mark.parametrize("rewritten", [True, False])
+def test_ignore_causal_mask_sdpa_exports_without_a_guard_on_the_window(rewritten: bool):
+    from generated._shared import masking_utils as vendored_masks
+
+    module = vendored_masks if rewritten else transformers.masking_utils
+    example = (torch.ones(2, 5, dtype=torch.bool), torch.zeros(2))  # inside the window
+    shapes = ({1: Dim.DYNAMIC}, {0: Dim.DYNAMIC})
+    program = torch.export.export(_MaskSkip(module._ignore_causal_mask_sdpa), example, dynamic_shapes=shapes)
+    past_the_window = (torch.ones(2, 12, dtype=torch.bool), torch.zeros(9))
+    if rewritten:
+        assert torch.equal(program.module()(*past_the_window), torch.ones(2, 12))
+    else:
+        with pytest.raises(Exception, match="Guard failed"):
+            program.module()(*past_the_window)
