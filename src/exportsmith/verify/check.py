@@ -347,7 +347,7 @@ def check_eager_identity(original, generated, programs: list[Program], reference
                 raise TypeError(f"{program.name} {case.name}: cache is {type(actual_cache).__qualname__}")
             expected_tensors, actual_tensors = output_tensors(expected), output_tensors(actual)
             if len(expected_tensors) != len(actual_tensors) or not all(
-                e.shape == a.shape and e.dtype == a.dtype and torch.equal(e, a)
+                e.shape == a.shape and e.dtype == a.dtype and identical(e, a)
                 for e, a in zip(expected_tensors, actual_tensors)
             ):
                 diff = max_abs_diff(expected, actual)
@@ -376,10 +376,31 @@ def max_abs_diff(expected, actual) -> float:
         if e.shape != a.shape:
             return math.inf
         if e.numel() and (e.is_floating_point() or e.is_complex()):
-            diff = max(diff, (e.double() - a.double()).abs().max().item())
+            diff = max(diff, tensor_diff(e, a))
         elif e.numel() and not torch.equal(e, a):
             return math.inf
     return diff
+
+
+def identical(expected: torch.Tensor, actual: torch.Tensor) -> bool:
+    """Bit-identical values, NaN where the other has NaN (a tiny random model can give NaN: torch.equal says no)."""
+    if torch.equal(expected, actual):
+        return True
+    if not (expected.is_floating_point() or expected.is_complex()) or expected.shape != actual.shape:
+        return False
+    nan = expected.isnan()
+    return torch.equal(nan, actual.isnan()) and torch.equal(expected[~nan], actual[~nan])
+
+
+def tensor_diff(expected: torch.Tensor, actual: torch.Tensor) -> float:
+    """max |expected - actual| of two same-shaped float tensors; NaN on one side only, or an inf that differs, is inf
+    (a plain max over NaN would be NaN, and `max(0.0, nan)` is 0.0: a NaN output must not pass)."""
+    kind = torch.complex128 if expected.is_complex() else torch.float64
+    expected, actual = expected.to(kind), actual.to(kind)
+    if not torch.equal(expected.isnan(), actual.isnan()):
+        return math.inf
+    same = (expected == actual) | expected.isnan()  # also equal infs, whose difference is NaN
+    return (expected - actual).abs().masked_fill(same, 0.0).max().item()
 
 
 def varying_dims(program: Program) -> dict:
