@@ -253,3 +253,14 @@ def test_nan_only_matches_nan():
     assert max_abs_diff({"logits": torch.tensor([1.0, 2.0])}, {"logits": torch.tensor([nan, 2.5])}) == inf
     assert tensor_diff(reference, torch.tensor([1.5, nan, inf])) == 0.5
     assert tensor_diff(reference, torch.tensor([1.0, nan, -inf])) == inf
+
+
+def test_a_part_of_a_model_is_found_in_its_generated_modeling_module(monkeypatch):
+    # A model type whose class is a part of a model (not exported by the package's __init__) is still paired
+    from exportsmith.verify import check
+
+    part = modeling_llama.LlamaRotaryEmbedding
+    monkeypatch.setattr(check, "model_class", lambda model_type: (None, part))
+    original, generated = check.build_pair("llama", "generated")
+    assert type(original) is part
+    assert type(generated).__module__ == "generated.llama.modeling_llama" and type(generated).__name__ == part.__name__

@@ -38,7 +38,6 @@ import torch
 import transformers
 from torch.utils import _pytree as pytree
 from transformers import DynamicCache
-from transformers.models.auto.configuration_auto import model_type_to_module_name
 
 from exportsmith.verify.errors import first_line, user_location
 from exportsmith.verify.inputs import DECODE_CASES, PREFILL_CASES, cache_keyword, case_inputs, output_cache
@@ -220,6 +219,9 @@ def verify_model(model_type: str, package: str = "generated", subject: str = "ge
     return result
 
 
+MODELS_PACKAGE = "transformers.models."
+
+
 def build_pair(model_type: str, package: str | None) -> tuple[torch.nn.Module, torch.nn.Module | None]:
     """The original model of a tiny config and, with `package`, its generated copy with the same weights (eval)."""
     _, original_class = model_class(model_type)
@@ -227,11 +229,16 @@ def build_pair(model_type: str, package: str | None) -> tuple[torch.nn.Module, t
     original = build_tiny_model(original_class, config)
     if package is None:
         return original, None
-    module = model_type_to_module_name(model_type)
-    generated_module = importlib.import_module(f"{package}.{module}")
+    # The copy of the module that defines the class: a part of a model (AltRobertaModel) is not in its package's
+    # __init__, and some model types live in another model's directory (gpt-sw3 in gpt2)
+    source = original_class.__module__
+    if not source.startswith(MODELS_PACKAGE):
+        raise LookupError(f"{original_class.__name__} is defined in {source}, outside {MODELS_PACKAGE.rstrip('.')}")
+    module = f"{package}.{source.removeprefix(MODELS_PACKAGE)}"
+    generated_module = importlib.import_module(module)
     generated_class = getattr(generated_module, original_class.__name__, None)
     if generated_class is None:
-        raise LookupError(f"{package}.{module} has no {original_class.__name__}")
+        raise LookupError(f"{module} has no {original_class.__name__}")
     if DynamicCache not in pytree.SUPPORTED_NODES:
         raise RuntimeError(f"importing {package} did not register DynamicCache as a pytree node")
     generated = generated_class(config).eval()
