@@ -3,8 +3,16 @@
 from .base import Codemod, Finding
 from .cache_pytree import CachePytreeRegistration
 from .cond_branches import CondBranches
+from .export_early_return import ExportEarlyReturn
+from .sliding_window_cache import SlidingWindowCache
 from .vmap_masks import VmapMasks
 
-ALL_CODEMODS: tuple[type[Codemod], ...] = (CachePytreeRegistration, CondBranches, VmapMasks)
+ALL_CODEMODS: tuple[type[Codemod], ...] = (
+    CachePytreeRegistration,
+    SlidingWindowCache,
+    ExportEarlyReturn,
+    CondBranches,
+    VmapMasks,
+)
 
 __all__ = ["ALL_CODEMODS", "Codemod", "Finding"]

@@ -30,19 +30,7 @@ def test_the_committed_models_are_the_promised_ones():
 
 # Committed models that do not verify yet: model -> (failure kind, why). The test fails when the failure changes,
 # and when the model starts verifying (then remove it from here).
-KNOWN_FAILURES = {
-    "mistral": (
-        "guard-rejected",
-        "the sliding-window cache keeps min(length, window - 1) tokens: a program traced inside the window guards "
-        "against lengths past it (issue 4)",
-    ),
-    # Its text decode/prefill programs hit the same sliding-window guard as mistral; its image-token masks (the vmap
-    # path) are verified by test_vmap_masks_runtime
-    "gemma3": (
-        "guard-rejected",
-        "sliding-window layers: the same cache-length guard as mistral (issue 4)",
-    ),
-}
+KNOWN_FAILURES: dict[str, tuple[str, str]] = {}
 
 
 @pytest.mark.parametrize("model", MODELS)

@@ -55,8 +55,8 @@ assert "generated" not in sys.modules
 print(json.dumps(result))
 """
 # One model per task, plus those whose patches go beyond the cache registration: wav2vec2 (cond-branches), gemma3
-# (the vmap-free masking_utils).
-PATCHED_MODELS = ["llama", "qwen2_moe", "gemma3", "t5", "bert", "vit", "wav2vec2"]
+# (the vmap-free masking_utils, sliding-window layers), mistral (sliding-window layers).
+PATCHED_MODELS = ["llama", "qwen2_moe", "gemma3", "mistral", "t5", "bert", "vit", "wav2vec2"]
 
 
 def _outcome(record: dict) -> dict:

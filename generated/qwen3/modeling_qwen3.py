@@ -27,7 +27,8 @@ import torch
 from torch import nn
 
 from transformers.activations import ACT2FN
-from transformers.cache_utils import Cache, DynamicCache
+from transformers.cache_utils import Cache
+from .._shared.cache_utils import DynamicCache
 from transformers.generation import GenerationMixin
 from transformers.integrations import use_kernel_forward_from_hub, use_kernelized_func
 from .._shared.masking_utils import create_causal_mask, create_sliding_window_causal_mask

@@ -7,10 +7,14 @@ create_causal_mask`), and a header naming the transformers version, the source f
 applied.
 
 A shared module that any codemod changes is vendored once under `generated/_shared/`, by one of two renderings
-(`vendor_shared`): a rewrite that only adds statements (cache_utils: the pytree registrations) as an extension, the
-added statements importing what they use from the installed module, so models keep using transformers' own classes
-and import only the added names from `_shared`; any other rewrite (masking_utils: the vmap mask expansion) as a whole
-module, rendered like a model module, and models import every name it defines from `_shared`.
+(`vendor_shared`): a rewrite that only adds statements, or changes only method bodies of classes (cache_utils: the
+pytree registrations, the sliding-window layer), as an extension: the added statements importing what they use from
+the installed module, and, for changed methods, same-named subclasses of the installed classes that override just
+those methods (plus the module's classes inheriting them, and the caches that pick layer classes), so models keep
+using transformers' classes or subclasses of them (`isinstance`, `generate()` keep working) and import only the added
+and overriding names from `_shared`; any other rewrite (masking_utils: the vmap mask expansion) as a whole module,
+rendered like a model module, and models import every name it defines from `_shared`. `_shared/models/auto.py` gives
+auto model classes that pick the generated classes, for the sub-models vendored models build with `AutoModel`.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ from __future__ import annotations
 import builtins
 import hashlib
 import re
+from dataclasses import dataclass
 
 import black
 import libcst as cst
+import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 
 from . import __version__
@@ -178,9 +184,10 @@ def vendor_shared(
     """The one code path for a shared module a codemod changed: its vendored text and the names models import from
     it. `provided` holds what the shared modules vendored before this one provide (their redirects apply here too).
     """
-    if is_additive(change):
+    overrides = method_overrides(change)
+    if overrides is not None:
         text = black.format_str(vendor_shared_additions(change, module_name, version, regenerate), mode=BLACK)
-        return text, added_names(change)
+        return text, added_names(change) | frozenset(_override_plan(change, overrides).classes)
     names = set().union(*map(_bound_names, _rewritten_tree(change).body))
     return vendor_module(change, module_name, version, provided, regenerate), frozenset(names)
 
@@ -198,24 +205,41 @@ class _NameUses(cst.CSTVisitor):
 
 
 def vendor_shared_additions(change: Change, module_name: str, version: str, regenerate: str) -> str:
-    """The added statements of an additive shared-module rewrite, as a module importing what they use from the
-    installed module. Refuses a rewrite that changed or removed any original statement."""
+    """The extension rendering of a shared-module rewrite: the added statements, importing what they use from the
+    installed module, then (when the rewrite changed methods of classes) same-named subclasses of the installed
+    classes that override those methods (see `_override_plan`). Refuses any other change of an original statement."""
+    overrides = method_overrides(change)
+    if overrides is None:
+        raise VendorError(f"{change.relpath}: the rewrite changes existing statements; only additions can be vendored")
     original = cst.parse_module(change.original)
     rewritten = _rewritten_tree(change)
     kept = set(_statement_codes(original))
-    old = _statement_codes(original)
-    new = [stmt for stmt in rewritten.body if rewritten.code_for_node(stmt) not in kept]
-    surviving = [code for code in _statement_codes(rewritten) if code in kept]
-    if surviving != old:
-        raise VendorError(f"{change.relpath}: the rewrite changes existing statements; only additions can be vendored")
+    changed = {
+        stmt.name.value for stmt in rewritten.body if isinstance(stmt, cst.ClassDef) and stmt.name.value in overrides
+    }
+    new = [
+        stmt
+        for stmt in rewritten.body
+        if rewritten.code_for_node(stmt) not in kept
+        and not (isinstance(stmt, cst.ClassDef) and stmt.name.value in changed)
+    ]
+    plan = _override_plan(change, overrides)
     imports = [stmt for stmt in new if _is_import(stmt)]
     code = [stmt for stmt in new if not _is_import(stmt)]
+    if plan.classes:
+        code = [_qualify_registration(stmt, plan.classes, module_name) for stmt in code]
     defined = set().union(*map(_bound_names, code))
     uses = _NameUses()
     for stmt in code:
         stmt.visit(uses)
+    overriding = plan.render(module_name, rewritten)
+    overriding_module = cst.parse_module(overriding)
+    overriding_module.visit(uses)
+    defined |= set(plan.classes) | set().union(*map(_bound_names, overriding_module.body))
     needed = sorted(uses.names - defined - set(dir(builtins)))
     lines = [rewritten.code_for_node(stmt).strip("\n") + "\n" for stmt in imports]
+    if plan.classes:
+        lines.append(f"import {module_name}\n")
     from_module = []
     for name in needed:
         binding = _import_binding(original, module_name, name)
@@ -227,7 +251,161 @@ def vendor_shared_additions(change: Change, module_name: str, version: str, rege
     if from_module:
         lines.append(f"from {module_name} import {', '.join(from_module)}\n")
     body = "".join(rewritten.code_for_node(stmt) for stmt in code)
-    return header(change, version, regenerate) + "\n" + "".join(sorted(set(lines))) + body
+    return header(change, version, regenerate) + "\n" + "".join(sorted(set(lines))) + body + overriding
+
+
+def method_overrides(change: Change) -> dict[str, tuple[str, ...]] | None:
+    """Class name -> the methods the rewrite changed, when every original statement survives unchanged except classes
+    whose only changes are method bodies (same methods, same order, nothing else touched); None otherwise. Empty
+    for a purely additive rewrite."""
+    original = cst.parse_module(change.original)
+    rewritten = _rewritten_tree(change)
+    old = _statement_codes(original)
+    kept = set(old)
+    if [code for code in _statement_codes(rewritten) if code in kept] == old:
+        return {}
+    rewritten_classes = {stmt.name.value: stmt for stmt in rewritten.body if isinstance(stmt, cst.ClassDef)}
+    overrides: dict[str, tuple[str, ...]] = {}
+    new = set(_statement_codes(rewritten))
+    for stmt in original.body:
+        if original.code_for_node(stmt) in new:
+            continue
+        if not isinstance(stmt, cst.ClassDef) or stmt.name.value not in rewritten_classes:
+            return None
+        methods = _changed_methods(stmt, rewritten_classes[stmt.name.value], original, rewritten)
+        if not methods:
+            return None
+        overrides[stmt.name.value] = methods
+    return overrides
+
+
+def _changed_methods(
+    old: cst.ClassDef, new: cst.ClassDef, original: cst.Module, rewritten: cst.Module
+) -> tuple[str, ...] | None:
+    """The methods whose code differs between two versions of a class, when nothing else differs; a method that
+    calls `super()` without arguments is refused (in a subclass it would resolve to the method it overrides)."""
+    if (
+        old.with_changes(body=old.body.with_changes(body=())).deep_equals(
+            new.with_changes(body=new.body.with_changes(body=()))
+        )
+        is False
+    ):
+        return None
+    old_body, new_body = old.body.body, new.body.body
+    if len(old_body) != len(new_body):
+        return None
+    changed = []
+    for before, after in zip(old_body, new_body):
+        if original.code_for_node(before) == rewritten.code_for_node(after):
+            continue
+        if not (isinstance(before, cst.FunctionDef) and isinstance(after, cst.FunctionDef)):
+            return None
+        if before.name.value != after.name.value or m.findall(after, m.Call(func=m.Name("super"), args=[])):
+            return None
+        changed.append(after.name.value)
+    return tuple(changed)
+
+
+@dataclass(frozen=True)
+class _OverridePlan:
+    """The vendored classes of an extension: `methods` (class -> the rewritten methods it overrides), `inheriting`
+    (module classes deriving from those, class -> their module-level bases), `constructors` (caches whose `__init__`
+    picks layer classes, directly or through a module-level mapping)."""
+
+    methods: dict[str, tuple[str, ...]]
+    inheriting: dict[str, tuple[str, ...]]
+    constructors: tuple[str, ...]
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        return (*self.methods, *self.inheriting, *self.constructors)
+
+    def render(self, module_name: str, rewritten: cst.Module) -> str:
+        if not self.methods:
+            return ""
+        classes = {stmt.name.value: stmt for stmt in rewritten.body if isinstance(stmt, cst.ClassDef)}
+        parts = [
+            "\n\n# The classes the rewrite changes, as subclasses of the installed ones with the same names: they override "
+            "only the\n# rewritten methods, so `isinstance` against transformers' classes holds and their layers need no "
+            "state of their own.\n"
+        ]
+        for name, methods in self.methods.items():
+            listed = ", ".join(f"`{method}`" for method in methods)
+            header = cst.parse_statement(
+                f'class {name}({module_name}.{name}):\n    """transformers\' `{name}` with the rewritten {listed}."""\n'
+            )
+            overriding = [
+                stmt.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+                for stmt in classes[name].body.body
+                if isinstance(stmt, cst.FunctionDef) and stmt.name.value in methods
+            ]
+            body = header.body.with_changes(body=[*header.body.body, *overriding])
+            parts.append("\n\n" + cst.Module(body=[header.with_changes(body=body)]).code)
+        for name, bases in self.inheriting.items():
+            parts.append(f"\n\nclass {name}({module_name}.{name}, {', '.join(bases)}):\n")
+            parts.append(
+                f'    """transformers\' class, with the rewritten methods of {", ".join(f"`{b}`" for b in bases)}."""\n'
+            )
+        layers = [*self.methods, *self.inheriting]
+        for name in self.constructors:
+            parts.append(f"\n\nclass {name}({module_name}.{name}):\n")
+            parts.append(
+                f'    """transformers\' `{name}`, whose layers are this module\'s classes where it has one of the same '
+                'name."""\n\n'
+                "    def __init__(self, *args, **kwargs):\n"
+                "        super().__init__(*args, **kwargs)\n"
+                "        # transformers' `__init__` picks its own layer classes; this module's only override methods, so a "
+                "layer can\n        # take the subclass as it is\n"
+                "        for layer in self.layers:\n"
+                "            layer.__class__ = _OVERRIDING_LAYERS.get(type(layer), type(layer))\n"
+            )
+        if self.constructors:
+            mapping = ", ".join(f"{module_name}.{name}: {name}" for name in layers)
+            parts.append(f"\n\n_OVERRIDING_LAYERS = {{{mapping}}}\n")
+        parts.append("\n")
+        parts += [f"{REGISTER}({name})\n" for name in self.classes]
+        return "".join(parts)
+
+
+REGISTER = "register_cache_pytree_node"
+
+
+def _override_plan(change: Change, overrides: dict[str, tuple[str, ...]]) -> _OverridePlan:
+    rewritten = _rewritten_tree(change)
+    classes = [stmt for stmt in rewritten.body if isinstance(stmt, cst.ClassDef)]
+    methods = {name: overrides[name] for name in (cls.name.value for cls in classes) if overrides.get(name)}
+    inheriting: dict[str, tuple[str, ...]] = {}
+    for cls in classes:  # source order: a base is seen before the classes deriving from it
+        bases = tuple(base.value.value for base in cls.bases if isinstance(base.value, cst.Name))
+        vendored = tuple(base for base in bases if base in methods or base in inheriting)
+        if vendored and cls.name.value not in methods:
+            inheriting[cls.name.value] = vendored
+    layers = set(methods) | set(inheriting)
+    mappings = set()
+    for stmt in rewritten.body:
+        if m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name())])])):
+            if {node.value for node in m.findall(stmt, m.Name())} & layers:
+                mappings.add(stmt.body[0].targets[0].target.value)
+    constructors = []
+    for cls in classes:
+        init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
+        if init is not None and cls.name.value not in layers:
+            if {node.value for node in m.findall(init, m.Name())} & (layers | mappings):
+                constructors.append(cls.name.value)
+    return _OverridePlan(methods, inheriting, tuple(constructors)) if methods else _OverridePlan({}, {}, ())
+
+
+def _qualify_registration(stmt: cst.BaseStatement, names: tuple[str, ...], module_name: str) -> cst.BaseStatement:
+    """`register(X, ...)` of a class the extension redefines registers the installed class: `register(module.X, ...)`."""
+    call = m.SimpleStatementLine(
+        body=[m.Expr(value=m.Call(func=m.Name(REGISTER), args=[m.Arg(value=m.Name()), m.ZeroOrMore()]))]
+    )
+    if not m.matches(stmt, call) or stmt.body[0].value.args[0].value.value not in names:
+        return stmt
+    expr = stmt.body[0].value
+    qualified = cst.parse_expression(f"{module_name}.{expr.args[0].value.value}")
+    args = [expr.args[0].with_changes(value=qualified), *expr.args[1:]]
+    return stmt.with_changes(body=[stmt.body[0].with_changes(value=expr.with_changes(args=args))])
 
 
 def _is_import(stmt: cst.CSTNode) -> bool:
@@ -251,3 +429,68 @@ def _import_binding(module: cst.Module, module_name: str, name: str) -> str | No
                 single = single.with_changes(relative=[], module=target, lpar=None, rpar=None)
             return cst.Module(body=[cst.SimpleStatementLine(body=[single])]).code
     return None
+
+
+# The auto classes a vendored model may build sub-models with, from the installed `models/auto/modeling_auto.py`.
+AUTO_MODULE = "transformers.models.auto"
+_AUTO_CLASS = re.compile(r"^class (AutoModel\w*)\(_BaseAutoModelClass\):", re.MULTILINE)
+
+
+def auto_class_names(modeling_auto_source: str) -> frozenset[str]:
+    return frozenset(_AUTO_CLASS.findall(modeling_auto_source))
+
+
+def vendor_auto_classes(version: str, names: frozenset[str]) -> str:
+    """`_shared/models/auto.py`: transformers' auto model classes, answering with this generated package's class of
+    the same name where it has one. A vendored multimodal model builds its text model with
+    `AutoModel.from_config(config.text_config)`: with transformers' own auto classes that is transformers' own text
+    model (and its own cache classes), so none of the text model's rewrites would run."""
+    classes = "".join(
+        f"\n\nclass {name}(_auto.{name}):\n    _model_mapping = _PreferGenerated(_auto.{name}._model_mapping)\n"
+        for name in sorted(names)
+    )
+    return black.format_str(
+        f'''# Generated by exportsmith from transformers {version}. Do not edit.
+"""transformers' auto model classes, choosing this generated package's class of the same name where it has one."""
+
+import importlib
+import importlib.util
+
+import transformers.models.auto as _auto
+
+# The generated package: this module is <package>._shared.models.auto
+_PACKAGE = __name__.rsplit(".{SHARED_PACKAGE}.", 1)[0]
+
+
+def _generated(model_class: type) -> type:
+    """The class of the same name in this package's copy of the model's module, else `model_class` itself."""
+    parts = model_class.__module__.split(".")
+    if parts[:2] != ["transformers", "models"] or len(parts) < 3:
+        return model_class
+    package = f"{{_PACKAGE}}.{{parts[2]}}"
+    if importlib.util.find_spec(package) is None:
+        return model_class
+    return getattr(importlib.import_module(package), model_class.__name__, model_class)
+
+
+class _PreferGenerated:
+    """An auto class's model mapping whose lookups answer with the generated classes (what `from_config` and
+    `from_pretrained` read); everything else is the mapping's own."""
+
+    def __init__(self, mapping):
+        self._mapping = mapping
+
+    def __contains__(self, config_class) -> bool:
+        return config_class in self._mapping
+
+    def __getitem__(self, config_class):
+        found = self._mapping[config_class]
+        if isinstance(found, (list, tuple)):
+            return type(found)(_generated(model_class) for model_class in found)
+        return _generated(found)
+
+    def __getattr__(self, name):
+        return getattr(self._mapping, name)
+{classes}''',
+        mode=BLACK,
+    )

@@ -166,8 +166,9 @@ def verify_model(model_type: str, package: str = "generated", subject: str = "ge
         return result.fail("build", first_line(error), user_location(error, where))
     subject_model = generated if generated is not None else original
     try:
-        programs = programs_for(original)
-        references = {(p.name, c.name): run(original, c.inputs()) for p in programs for c in p.cases}
+        references = {(p.name, c.name): run(original, c.inputs()) for p in programs_for(original) for c in p.cases}
+        # the same cases, with the subject's own cache (a generated copy's layers are its own classes)
+        programs = programs_for(original, cache_model=subject_model)
     except Exception as error:
         return result.fail("eager", first_line(error), user_location(error, where))
     if generated is not None:
@@ -248,9 +249,10 @@ def build_pair(model_type: str, package: str | None) -> tuple[torch.nn.Module, t
     return original, generated
 
 
-def programs_for(original: torch.nn.Module) -> list[Program]:
-    """Decode and prefill for a causal LM that takes a cache; decode (encoder outputs and an EncoderDecoderCache) and
-    forward for an encoder-decoder LM; else one "forward" program over FORWARD_SHAPES."""
+def programs_for(original: torch.nn.Module, cache_model: torch.nn.Module | None = None) -> list[Program]:
+    """Decode and prefill for a causal LM that takes a cache (built by `cache_model`, the original by default);
+    decode (encoder outputs and an EncoderDecoderCache) and forward for an encoder-decoder LM; else one "forward"
+    program over FORWARD_SHAPES."""
     parameters = forward_parameters(original)
     is_lm = (
         cache_keyword(original) is not None and getattr(original, "get_output_embeddings", lambda: None)() is not None
@@ -266,7 +268,7 @@ def programs_for(original: torch.nn.Module) -> list[Program]:
     if is_lm and not getattr(original.config, "is_encoder_decoder", False):
         vocab_size = vocab(original.config)  # a multimodal LM's is its text config's
         return [
-            Program(name, tuple(lm_case(original, vocab_size, case) for case in cases))
+            Program(name, tuple(lm_case(cache_model or original, vocab_size, case) for case in cases))
             for name, cases in (("decode", DECODE_CASES), ("prefill", PREFILL_CASES))
         ]
     if is_lm and "encoder_outputs" in parameters:
@@ -317,8 +319,8 @@ def seq2seq_inputs(original: torch.nn.Module, layout: int, shape: InputShape, pa
     return inputs
 
 
-def lm_case(original: torch.nn.Module, vocab_size: int, case) -> Case:
-    return Case(case.name, case.batch, case.new_tokens, case.past, partial(case_inputs, original, vocab_size, case))
+def lm_case(cache_model: torch.nn.Module, vocab_size: int, case) -> Case:
+    return Case(case.name, case.batch, case.new_tokens, case.past, partial(case_inputs, cache_model, vocab_size, case))
 
 
 def audio_layout(model: torch.nn.Module) -> int:
@@ -349,8 +351,9 @@ def check_eager_identity(original, generated, programs: list[Program], reference
         for case in program.cases:
             expected, actual = references[program.name, case.name], run(generated, case)
             cache, actual_cache = output_cache(expected), output_cache(actual)
-            if isinstance(cache, transformers.Cache) and type(actual_cache) is not type(cache):
-                # pytree registrations are keyed by exact class: the copy must return transformers' own cache
+            if isinstance(cache, transformers.Cache) and not _same_or_registered_subclass(actual_cache, cache):
+                # pytree registrations are keyed by exact class: the copy must return transformers' own cache, or a
+                # subclass of it (a vendored cache_utils' own) that is registered itself
                 raise TypeError(f"{program.name} {case.name}: cache is {type(actual_cache).__qualname__}")
             expected_tensors, actual_tensors = output_tensors(expected), output_tensors(actual)
             if len(expected_tensors) != len(actual_tensors) or not all(
@@ -359,6 +362,11 @@ def check_eager_identity(original, generated, programs: list[Program], reference
             ):
                 diff = max_abs_diff(expected, actual)
                 raise AssertionError(f"{program.name} {case.name}: outputs differ, max|diff|={diff:.3g}")
+
+
+def _same_or_registered_subclass(actual, expected) -> bool:
+    kind = type(actual)
+    return kind is type(expected) or (isinstance(actual, type(expected)) and kind in pytree.SUPPORTED_NODES)
 
 
 def output_tensors(output) -> list[torch.Tensor]:

@@ -2,8 +2,10 @@
 
 A `Case` is (name, batch, new_tokens, past). `case_inputs` builds the keyword arguments of a forward call for one
 case: `input_ids` of the new tokens, an all-ones `attention_mask` of length past + new_tokens, `use_cache=True`, and,
-when past > 0, a cache produced by running the ORIGINAL model on a seeded prefix (so every copy under test is fed
-the same, reference cache). A forward call grows the cache it is given in place: build fresh inputs for every call.
+when past > 0, a cache produced by running a model on a seeded prefix: the original for the reference outputs, and
+each subject for itself (a generated copy's cache holds its own layer classes, which its exported program expects;
+the copies are bit-identical, so the caches hold the same tensors). A forward call grows the cache it is given in
+place: build fresh inputs for every call.
 
 The cache keyword and output field follow the installed transformers: `cache` in 5.x, `past_key_values` in 4.x.
 `cache_keyword(model)` reads the forward's signature and `output_cache(outputs)` reads whichever field the output
@@ -72,8 +74,8 @@ def output_cache(outputs):
     return None
 
 
-def case_inputs(reference_model: torch.nn.Module, vocab_size: int, case: Case) -> dict:
-    """Forward kwargs for `case`; the cache of the past tokens (if any) comes from `reference_model`."""
+def case_inputs(cache_model: torch.nn.Module, vocab_size: int, case: Case) -> dict:
+    """Forward kwargs for `case`; the cache of the past tokens (if any) comes from `cache_model`."""
     generator = torch.Generator().manual_seed(case_seed(case))
     prefix_ids = random_tokens(vocab_size, (case.batch, case.past), generator)
     input_ids = random_tokens(vocab_size, (case.batch, case.new_tokens), generator)
@@ -84,6 +86,6 @@ def case_inputs(reference_model: torch.nn.Module, vocab_size: int, case: Case) -
     }
     if case.past:
         with torch.no_grad():
-            prefix = reference_model(input_ids=prefix_ids, attention_mask=torch.ones_like(prefix_ids), use_cache=True)
-        inputs[cache_keyword(reference_model)] = output_cache(prefix)
+            prefix = cache_model(input_ids=prefix_ids, attention_mask=torch.ones_like(prefix_ids), use_cache=True)
+        inputs[cache_keyword(cache_model)] = output_cache(prefix)
     return inputs
