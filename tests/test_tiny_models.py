@@ -383,3 +383,17 @@ def test_a_decoder_built_on_its_own_gets_encoder_states_to_attend_to():
     states = dummy_inputs(model)["encoder_hidden_states"]
     assert states.shape == (2, 8, model.config.hidden_size)
     assert check_eager("t5gemma2_decoder")["status"] == "ok"
+
+
+def test_per_layer_kv_head_counts_shrink_like_the_kv_head_count():
+    config = tiny_config("sapiens2")
+    assert config.num_key_value_heads_per_layer == [tiny.NUM_KV_HEADS] * NUM_LAYERS
+    assert config.num_attention_heads % tiny.NUM_KV_HEADS == 0
+    assert check_eager("sapiens2")["status"] == "ok"
+
+
+@pytest.mark.parametrize("model_type", ["levit", "vitmatte", "textnet", "zoedepth"])
+def test_vision_overrides_match_the_real_stride_and_widths(model_type):
+    assert tiny.MODEL_OVERRIDES[model_type]
+    record = check_eager(model_type)
+    assert record["status"] == "ok", record["reason"]

@@ -52,7 +52,8 @@ SIZE_RULES: tuple[tuple[str, int], ...] = (
     (r"(\w+_)?vocab_size(_\w+)?|num_embeddings|codebook_size|num_codevectors_per_group|\w+_group_vocab", VOCAB_SIZE),
     # key/value heads before heads
     (
-        r"(\w+_)?(num_key_value_heads|num_kv_heads|kv_n_heads|num_key_value_attention_heads|linear_num_key_heads)",
+        r"(\w+_)?(num_key_value_heads|num_kv_heads|kv_n_heads|num_key_value_attention_heads|linear_num_key_heads)"
+        r"(_per_layer)?",
         NUM_KV_HEADS,
     ),
     (
@@ -306,6 +307,14 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
         **{f"vision_config.{name}": value for name, value in EFFICIENTNET_B0.items()},
         "projection_dim": EFFICIENTNET_B0["out_channels"][-1],
     },
+    # Stems that downsample by a fixed 16 whatever `patch_size` says: the grid their position biases (LeViT) or the
+    # matting decoder's fusion (ViTMatte's four stride-2 stages) are built for follows the real stride.
+    "levit": {"patch_size": 16},
+    "vitmatte": {"backbone_config.patch_size": 16},
+    # The stem's width is the first stage's input (hidden_sizes[0], scaled to 8).
+    "textnet": {"stem_out_channels": 8},
+    # The metric head's bottleneck is the fused neck's output (fusion_hidden_size).
+    "zoedepth": {"bottleneck_features": HIDDEN_SIZE},
 }
 
 
