@@ -397,3 +397,42 @@ def test_vision_overrides_match_the_real_stride_and_widths(model_type):
     assert tiny.MODEL_OVERRIDES[model_type]
     record = check_eager(model_type)
     assert record["status"] == "ok", record["reason"]
+
+
+def test_a_generic_inputs_parameter_is_given_under_its_specific_name():
+    # Perceiver's masked LM takes token ids as `inputs` or `input_ids`; a speech encoder-decoder its encoder's input
+    for model_type, expected in (("perceiver", "input_ids"), ("speech-encoder-decoder", "input_values")):
+        _, cls = model_class(model_type)
+        model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+        inputs = dummy_inputs(model)
+        assert expected in inputs and "inputs" not in inputs, model_type
+        assert check_eager(model_type)["status"] == "ok"
+
+
+def test_flattened_patches_carry_the_temporal_patch_under_its_other_name():
+    _, cls = model_class("muse_glimmer_vision")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("muse_glimmer_vision")))
+    config = model.config
+    assert dummy_inputs(model)["pixel_values"].shape[-1] == 3 * config.patch_temporal * config.patch_size**2
+    assert check_eager("muse_glimmer_vision")["status"] == "ok"
+
+
+def test_a_keypoint_matcher_s_base_model_gets_image_pairs():
+    _, cls = model_class("efficientloftr")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("efficientloftr")))
+    assert dummy_inputs(model)["pixel_values"].shape[1] == 2
+
+
+def test_raw_audio_cut_into_tokens_is_whole_tokens_and_gets_its_placeholders():
+    _, cls = model_class("muse_spark")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("muse_spark")))
+    inputs = dummy_inputs(model)
+    per_token = model.config.audio_config.samples_per_token
+    assert inputs["input_values"].shape[-1] % per_token == 0
+    assert (inputs["input_ids"] == model.config.audio_token_id).any()
+    assert check_eager("muse_spark")["status"] == "ok"
+
+
+def test_a_model_without_a_forward_is_refused_with_the_reason():
+    record = check_eager("chameleon_vqgan")
+    assert record["status"] == "refused" and "defines no forward" in record["reason"], record

@@ -35,6 +35,7 @@ from exportsmith.verify.tasks import (
     config_for,
     containing_model_type,
     dummy_inputs,
+    has_forward,
     model_class,
     takes_audio,
 )
@@ -108,6 +109,11 @@ def check_eager(model_type: str) -> dict:
         record["model_class"] = cls.__name__
         model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
         record["params"] = parameter_count(model)
+        if not has_forward(model):
+            reason = (
+                f"{cls.__name__} defines no forward: it is used only through other methods (generate, encode, decode)"
+            )
+            return {**record, "status": "refused", "reason": reason}
         stage = "eager-error"
         run_eager(model)
     except TooLarge as error:

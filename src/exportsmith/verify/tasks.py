@@ -156,6 +156,11 @@ def config_for(model_class: type, config):
     return config
 
 
+def has_forward(model: torch.nn.Module) -> bool:
+    """Whether the model defines a forward (a VQ tokenizer may only define encode/decode)."""
+    return type(model).forward is not torch.nn.Module.forward
+
+
 def forward_parameters(model: torch.nn.Module) -> list[str]:
     return [name for name in inspect.signature(model.forward).parameters if name not in ("args", "kwargs")]
 
@@ -167,8 +172,14 @@ def required_parameters(model: torch.nn.Module) -> list[str]:
 
 def main_input(model: torch.nn.Module, parameters: list[str]) -> str:
     """`main_input_name` where the forward takes it; else the forward's first parameter (sub-models such as vision
-    towers often keep the inherited "input_ids")."""
-    return model.main_input_name if model.main_input_name in parameters else parameters[0]
+    towers often keep the inherited "input_ids"). A generic `inputs` that the forward also takes under a specific
+    name (Perceiver's `input_ids`, a speech encoder-decoder's encoder input) is given under that name."""
+    main = model.main_input_name if model.main_input_name in parameters else parameters[0]
+    if main == "inputs":
+        encoder = getattr(model, "encoder", None)
+        aliases = (getattr(encoder, "main_input_name", None), "input_ids")
+        return next((alias for alias in aliases if alias in parameters and alias != "inputs"), main)
+    return main
 
 
 def takes_audio(model: torch.nn.Module) -> bool:
@@ -352,7 +363,9 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
         return {"pixel_values_videos": torch.randn((batch, frames or 4, channels, height, width), generator=generator)}
     if frames:  # video classifiers take clips in pixel_values
         return {"pixel_values": torch.randn((batch, frames, channels, height, width), generator=generator)}
-    if type(model).__name__ in modeling_auto.MODEL_FOR_KEYPOINT_MATCHING_MAPPING_NAMES.values():  # image pairs
+    if (
+        config.model_type in modeling_auto.MODEL_FOR_KEYPOINT_MATCHING_MAPPING_NAMES
+    ):  # image pairs, also for the base model
         return {"pixel_values": torch.randn((batch, 2, channels, height, width), generator=generator)}
     if "pixel_attention_mask" in parameters:  # Idefics-style: a list of images per sample, and which pixels are real
         return {
@@ -408,7 +421,7 @@ def patch_inputs(config, pixel_name: str, grid_name: str, shape: InputShape, gen
     vision = vision_config(config)
     channels, height, width = image_size(vision)
     patch = first_int(vision, ("patch_size",), 14)
-    temporal = first_int(vision, ("temporal_patch_size",), 1)
+    temporal = first_int(vision, ("temporal_patch_size", "patch_temporal"), 1)
     grid_h, grid_w = height // patch, width // patch
     grid = torch.tensor([[1, grid_h, grid_w]] * shape.batch)
     pixels = torch.randn((shape.batch * grid_h * grid_w, channels * temporal * patch * patch), generator=generator)
@@ -448,8 +461,10 @@ def audio_inputs(
         frames = spectrogram_frames
         size = (batch, frames, audio.num_mel_bins)
     elif name == "input_values":
-        frames = AUDIO_SAMPLES
-        size = (batch, AUDIO_SAMPLES) if layout == 0 else (batch, 1, AUDIO_SAMPLES)
+        # an encoder that cuts raw audio into tokens of a fixed number of samples takes whole tokens
+        per_token = first_int(audio, ("samples_per_token",), 1)
+        frames = -(-AUDIO_SAMPLES // per_token) * per_token
+        size = (batch, frames) if layout == 0 else (batch, 1, frames)
     else:
         bins = first_int(audio, FEATURE_BINS, 80) * first_int(audio, ("input_channels",), 1)
         positions = first_int(audio, ("max_source_positions",), None)
@@ -474,7 +489,7 @@ class Modality:
     start: tuple[str, ...]
     end: tuple[str, ...]
     features: str
-    media: str  # the input that carries it
+    media: tuple[str, ...]  # the inputs that may carry it
 
 
 MODALITIES = (
@@ -483,14 +498,14 @@ MODALITIES = (
         ("vision_start_token_id", "image_start_token_id", "boi_token_id", "boi_token_index"),
         ("vision_end_token_id", "image_end_token_id", "eoi_token_id", "eoi_token_index"),
         "get_image_features",
-        "pixel_values",
+        ("pixel_values",),
     ),
     Modality(
         ("audio_token_id", "audio_token_index"),
         ("audio_start_token_id", "audio_bos_token_id", "boa_token_id"),
         ("audio_end_token_id", "audio_eos_token_id", "eoa_token_id"),
         "get_audio_features",
-        "input_features",
+        ("input_features", "input_values"),
     ),
 )
 
@@ -506,7 +521,7 @@ def text_inputs(
     for kind, modality in enumerate(MODALITIES, start=1):
         placeholder = token_id(config, *modality.placeholder)
         owner = feature_owner(model, modality.features)
-        if modality.media in media and placeholder is not None and owner is not None:
+        if set(modality.media) & set(media) and placeholder is not None and owner is not None:
             block = placeholder_block(owner, config, modality, placeholder, media, shape.batch)
             input_ids = torch.cat([input_ids[:, :2], block, input_ids[:, 2:]], dim=1)
             token_types = torch.cat([token_types[:, :2], (block == placeholder).long() * kind, token_types[:, 2:]], 1)

@@ -315,6 +315,9 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "textnet": {"stem_out_channels": 8},
     # The metric head's bottleneck is the fused neck's output (fusion_hidden_size).
     "zoedepth": {"bottleneck_features": HIDDEN_SIZE},
+    # The vision adapter's input is the tower's output after a 2 x 2 pixel shuffle: four tiny widths.
+    "muse_glimmer": {"out_hidden_size": 4 * HIDDEN_SIZE},
+    "muse_spark": {"out_hidden_size": 4 * HIDDEN_SIZE},
 }
 
 
