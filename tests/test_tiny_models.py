@@ -392,7 +392,9 @@ def test_per_layer_kv_head_counts_shrink_like_the_kv_head_count():
     assert check_eager("sapiens2")["status"] == "ok"
 
 
-@pytest.mark.parametrize("model_type", ["levit", "vitmatte", "textnet", "zoedepth"])
+@pytest.mark.parametrize(
+    "model_type", ["levit", "vitmatte", "textnet", "zoedepth", "depth_pro", "mobilevitv2", "xmod", "dory"]
+)
 def test_vision_overrides_match_the_real_stride_and_widths(model_type):
     assert tiny.MODEL_OVERRIDES[model_type]
     record = check_eager(model_type)
@@ -436,3 +438,17 @@ def test_raw_audio_cut_into_tokens_is_whole_tokens_and_gets_its_placeholders():
 def test_a_model_without_a_forward_is_refused_with_the_reason():
     record = check_eager("chameleon_vqgan")
     assert record["status"] == "refused" and "defines no forward" in record["reason"], record
+
+
+def test_multi_latent_query_heads_are_their_position_free_and_rotary_parts():
+    config = tiny_config("longcat_flash")
+    assert config.qk_head_dim == config.qk_nope_head_dim + config.qk_rope_head_dim
+    assert check_eager("longcat_flash")["status"] == "ok"
+
+
+def test_an_encoder_of_stacked_frames_gets_bins_times_frames_per_frame():
+    _, cls = model_class("fun_asr_nano_encoder")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("fun_asr_nano_encoder")))
+    features = dummy_inputs(model)["input_features"]
+    assert model.config.num_mel_bins * model.config.num_stacked_frames in features.shape[1:]
+    assert check_eager("fun_asr_nano_encoder")["status"] == "ok"

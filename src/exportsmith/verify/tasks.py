@@ -466,7 +466,8 @@ def audio_inputs(
         frames = -(-AUDIO_SAMPLES // per_token) * per_token
         size = (batch, frames) if layout == 0 else (batch, 1, frames)
     else:
-        bins = first_int(audio, FEATURE_BINS, 80) * first_int(audio, ("input_channels",), 1)
+        # features per frame: the bins, times the channels or the frames stacked into one (low frame rate encoders)
+        bins = first_int(audio, FEATURE_BINS, 80) * first_int(audio, ("input_channels", "num_stacked_frames"), 1)
         positions = first_int(audio, ("max_source_positions",), None)
         # whisper-like encoders take (batch, bins, frames), frames fixed at twice their positions
         channels_first = positions is not None and hasattr(audio, "num_mel_bins")

@@ -210,8 +210,11 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "bamba": {"attn_layer_indices": [1]},
     "granitemoehybrid": {"layer_types": ["linear_attention", "full_attention"]},
     # The defaults lack attributes the modeling code reads (the default model does not build either).
-    "moonshine_streaming": {"num_key_value_heads": NUM_KV_HEADS},
-    "qwen3_omni_moe": {"talker_config.text_config.shared_expert_intermediate_size": 2 * HIDDEN_SIZE},
+    "qwen3_omni_moe": {
+        "talker_config.text_config.shared_expert_intermediate_size": 2 * HIDDEN_SIZE,
+        "talker_config.spatial_merge_size": 2,  # the vision tower's
+        "thinker_config.vision_start_token_id": SPECIAL_IDS - 1,  # an unused special id
+    },
     # Attributes that the composite config sets on its parts, read by the part's modeling code when it is built alone.
     "t5gemma2_text": {"dropout_rate": 0.0},
     "t5gemma2_decoder": {"dropout_rate": 0.0},
@@ -318,6 +321,26 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     # The vision adapter's input is the tower's output after a 2 x 2 pixel shuffle: four tiny widths.
     "muse_glimmer": {"out_hidden_size": 4 * HIDDEN_SIZE},
     "muse_spark": {"out_hidden_size": 4 * HIDDEN_SIZE},
+    # Its attention reads `num_key_value_heads` as the number of query heads (a multi-head model: they are equal).
+    "moonshine_streaming": {"num_key_value_heads": NUM_HEADS},
+    # The adapters are per language and the forward needs one: the first of `languages`.
+    "xmod": {"default_language": "en_XX"},
+    # DepthPro cuts the image, scaled down to a quarter at least, into patches of its towers' image size
+    # (`patch_size`: a quarter of the tiny image) and taps two of their layers, by index among the tiny ones.
+    "depth_pro": {"patch_size": IMAGE_SIZE // 4, "intermediate_hook_ids": [1, 0]},
+    # Validators the generic rule does not know: Dory's input, recurrent and output layers add up to its layers (one
+    # each); FunASR's adaptor is a quarter of the text width.
+    # (serialized as attention and mlp blocks, two per layer: three layers are six blocks)
+    "dory": {
+        "num_hidden_layers": 6,
+        "n_input_layers": 2,
+        "n_recurrent_layers": 2,
+        "n_output_layers": 2,
+        "layer_types": ["sliding_attention", "mlp"] * 3,
+    },
+    "fun_asr_nano": {"adaptor_config.intermediate_size": HIDDEN_SIZE // 4},
+    # Five stride-2 stages, then 2 x 2 patches unfolded: an image of 64 leaves them a 2 x 2 map.
+    "mobilevitv2": {"image_size": 2 * IMAGE_SIZE},
 }
 
 
@@ -414,6 +437,9 @@ def derived_sizes(config_class: type, values: dict, shrunk: dict) -> None:
     if "kv_lora_rank" in values and isinstance(shrunk.get("num_key_value_heads"), int):
         # multi-latent attention: keys and values are per head, none are shared
         shrunk["num_key_value_heads"] = shrunk.get("num_attention_heads", NUM_HEADS)
+    if all(isinstance(shrunk.get(name), int) for name in ("qk_head_dim", "qk_nope_head_dim", "qk_rope_head_dim")):
+        # multi-latent attention: a query/key head is its position-free part and its rotary part
+        shrunk["qk_head_dim"] = shrunk["qk_nope_head_dim"] + shrunk["qk_rope_head_dim"]
     if isinstance(shrunk.get("rotary_dim"), int) and head_dim:  # a partial rotary dim keeps its share of the head
         shrunk["rotary_dim"] = max(2, 2 * round(values["rotary_dim"] * HEAD_DIM / head_dim / 2))
     expand = next((shrunk[name] for name in ("mamba_expand", "expand") if isinstance(shrunk.get(name), int)), None)
