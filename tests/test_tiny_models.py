@@ -452,3 +452,13 @@ def test_an_encoder_of_stacked_frames_gets_bins_times_frames_per_frame():
     features = dummy_inputs(model)["input_features"]
     assert model.config.num_mel_bins * model.config.num_stacked_frames in features.shape[1:]
     assert check_eager("fun_asr_nano_encoder")["status"] == "ok"
+
+
+def test_patches_merged_per_image_come_with_their_grid_and_reach_a_wrapper_s_feature_method():
+    # VideoLLaMA 3 takes the processor's merge size per image; its wrapper's get_image_features passes **kwargs on
+    _, cls = model_class("video_llama_3")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("video_llama_3")))
+    inputs = dummy_inputs(model)
+    assert inputs["image_merge_sizes"].shape == (inputs["image_grid_thw"].shape[0],)
+    assert (inputs["input_ids"] == model.config.image_token_id).any()
+    assert check_eager("video_llama_3")["status"] == "ok"

@@ -352,7 +352,11 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
     batch = shape.batch
     for grid_name in ("image_grid_thw", "grid_thw"):
         if grid_name in parameters:
-            return patch_inputs(config, "pixel_values", grid_name, shape, generator)
+            inputs = patch_inputs(config, "pixel_values", grid_name, shape, generator)
+            for merge_name in {"merge_sizes", "image_merge_sizes"} & parameters:
+                # the processor's choice of patches merged per side: 1 (none), which every grid allows
+                inputs[merge_name] = torch.ones(shape.batch, dtype=torch.long)
+            return inputs
     vision = vision_config(config)
     channels, height, width = image_size(vision)
     patch = first_int(vision, ("patch_size",), None)
@@ -554,8 +558,10 @@ def only_variadic(function) -> bool:
 def placeholder_block(model, config, modality: Modality, placeholder: int, media: dict, batch: int) -> torch.Tensor:
     """(batch, n) tokens: each sample's share of the features as placeholders, framed by the start/end tokens."""
     accepted = inspect.signature(getattr(model, modality.features)).parameters
+    # a method that takes **kwargs passes them on (to the inner model's method): it gets every media input
+    takes_all = any(parameter.kind is parameter.VAR_KEYWORD for parameter in accepted.values())
     with torch.no_grad():
-        features = getattr(model, modality.features)(**{k: v for k, v in media.items() if k in accepted})
+        features = getattr(model, modality.features)(**{k: v for k, v in media.items() if k in accepted or takes_all})
     count = feature_count(features) // batch
     start, end = token_id(config, *modality.start), token_id(config, *modality.end)
     block = [start] * (start is not None) + [placeholder] * count + [end] * (end is not None)
