@@ -462,3 +462,26 @@ def test_patches_merged_per_image_come_with_their_grid_and_reach_a_wrapper_s_fea
     assert inputs["image_merge_sizes"].shape == (inputs["image_grid_thw"].shape[0],)
     assert (inputs["input_ids"] == model.config.image_token_id).any()
     assert check_eager("video_llama_3")["status"] == "ok"
+
+
+def test_patches_a_tower_convolves_as_images_come_unflattened():
+    _, cls = model_class("kimi_k25_vision")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("kimi_k25_vision")))
+    patch = model.config.patch_size
+    assert dummy_inputs(model)["pixel_values"].shape[1:] == (3, patch, patch)
+    assert check_eager("kimi_k25_vision")["status"] == "ok"
+
+
+def test_an_audio_tower_of_packed_frames_gets_them_with_their_counts():
+    _, cls = model_class("qwen2_5_omni_audio_encoder")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("qwen2_5_omni_audio_encoder")))
+    inputs = dummy_inputs(model)
+    assert inputs["input_features"].shape == (model.config.num_mel_bins, int(inputs["feature_lens"].sum()))
+    assert check_eager("qwen2_5_omni_audio_encoder")["status"] == "ok"
+
+
+@pytest.mark.parametrize("model_type", ["ernie4_5_vl_moe_text", "qwen3_asr"])
+def test_multimodal_overrides_match_the_modeling_code(model_type):
+    assert tiny.MODEL_OVERRIDES[model_type]
+    record = check_eager(model_type)
+    assert record["status"] == "ok", record["reason"]

@@ -209,7 +209,7 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         and not tower_left_out(config, "audio_config", main)
     )
     if main == "hidden_states" and "grid_thw" in parameters:  # a Qwen-style vision tower on its own
-        inputs.update(patch_inputs(config, "hidden_states", "grid_thw", shape, generator))
+        inputs.update(patch_inputs(model, config, "hidden_states", "grid_thw", shape, generator))
     elif main in ("hidden_states", "inputs_embeds"):  # a stack that takes embeddings (or stacked audio features)
         width = first_int(config, ("input_dim", "hidden_size", "d_model", "embed_dim"), 64)
         inputs[main] = torch.randn((shape.batch, shape.text_length, width), generator=generator)
@@ -352,7 +352,7 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
     batch = shape.batch
     for grid_name in ("image_grid_thw", "grid_thw"):
         if grid_name in parameters:
-            inputs = patch_inputs(config, "pixel_values", grid_name, shape, generator)
+            inputs = patch_inputs(model, config, "pixel_values", grid_name, shape, generator)
             for merge_name in {"merge_sizes", "image_merge_sizes"} & parameters:
                 # the processor's choice of patches merged per side: 1 (none), which every grid allows
                 inputs[merge_name] = torch.ones(shape.batch, dtype=torch.long)
@@ -420,8 +420,16 @@ def requires_image_sizes(model: torch.nn.Module) -> bool:
     return parameter is not None and parameter.default is inspect.Parameter.empty
 
 
-def patch_inputs(config, pixel_name: str, grid_name: str, shape: InputShape, generator: torch.Generator) -> dict:
-    """Qwen-style flattened patches: (images x t x h x w, channels x temporal x patch x patch) and their grid."""
+# Towers that take Qwen-style patches as (patches, channels, patch, patch) images, which they convolve without a
+# reshape (others that convolve patches, HunYuan-VL's, reshape flat ones themselves: the modules do not tell).
+UNFLATTENED_PATCHES = ("kimi_k25", "kimi_k25_vision")
+
+
+def patch_inputs(
+    model, config, pixel_name: str, grid_name: str, shape: InputShape, generator: torch.Generator
+) -> dict:
+    """Qwen-style flattened patches: (images x t x h x w, channels x temporal x patch x patch) and their grid; the
+    towers of UNFLATTENED_PATCHES take each patch as an image."""
     vision = vision_config(config)
     channels, height, width = image_size(vision)
     patch = first_int(vision, ("patch_size",), 14)
@@ -429,6 +437,8 @@ def patch_inputs(config, pixel_name: str, grid_name: str, shape: InputShape, gen
     grid_h, grid_w = height // patch, width // patch
     grid = torch.tensor([[1, grid_h, grid_w]] * shape.batch)
     pixels = torch.randn((shape.batch * grid_h * grid_w, channels * temporal * patch * patch), generator=generator)
+    if config.model_type in UNFLATTENED_PATCHES:
+        pixels = pixels.view(-1, channels, patch, patch)
     return {pixel_name: pixels, grid_name: grid}
 
 
@@ -478,7 +488,11 @@ def audio_inputs(
         window = 2 * first_int(audio, ("n_window",), AUDIO_FRAMES // 2)  # chunked encoders take whole chunks
         frames = 2 * positions if channels_first else max(window, AUDIO_FRAMES // window * window)
         size = (batch, bins, frames) if channels_first == (layout == 0) else (batch, frames, bins)
+        if "feature_lens" in parameters:  # Qwen-Omni's audio tower: every sample's frames packed, and their counts
+            size = (bins, batch * frames)
     inputs = {name: torch.randn(size, generator=generator)}
+    if "feature_lens" in parameters and name == "input_features":
+        inputs["feature_lens"] = torch.full((batch,), frames, dtype=torch.long)
     for mask in AUDIO_MASKS:
         if mask in parameters:
             inputs[mask] = torch.ones((batch, frames), dtype=torch.long)

@@ -341,6 +341,12 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "fun_asr_nano": {"adaptor_config.intermediate_size": HIDDEN_SIZE // 4},
     # Five stride-2 stages, then 2 x 2 patches unfolded: an image of 64 leaves them a 2 x 2 map.
     "mobilevitv2": {"image_size": 2 * IMAGE_SIZE},
+    # ERNIE-4.5-VL interleaves the height and width rotary sections pairwise: they must be equal (its default is
+    # [22, 22, 20] for a head of 128).
+    "ernie4_5_vl_moe": {"text_config.rope_parameters.mrope_section": [3, 3, 2]},
+    "ernie4_5_vl_moe_text": {"rope_parameters.mrope_section": [3, 3, 2]},
+    # The audio tower's output is the text width (its `output_dim`, a name the width rule leaves alone).
+    "qwen3_asr": {"audio_config.output_dim": HIDDEN_SIZE},
 }
 
 
