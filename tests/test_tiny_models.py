@@ -485,3 +485,11 @@ def test_multimodal_overrides_match_the_modeling_code(model_type):
     assert tiny.MODEL_OVERRIDES[model_type]
     record = check_eager(model_type)
     assert record["status"] == "ok", record["reason"]
+
+
+def test_audio_features_that_need_the_padding_mask_get_one_over_the_samples():
+    _, cls = model_class("vibevoice")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("vibevoice")))
+    inputs = dummy_inputs(model, audio_layout=1)  # (batch, 1, samples): the layout it runs at
+    assert inputs["padding_mask"].shape == inputs["input_values"].shape[:1] + inputs["input_values"].shape[-1:]
+    assert check_eager("vibevoice")["status"] == "ok"

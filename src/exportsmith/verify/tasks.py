@@ -225,6 +225,10 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         inputs.update(image_inputs(model, config, parameters, shape, generator))
     if wants_audio:
         inputs.update(audio_inputs(config, parameters, main, audio_layout, shape, generator))
+        if "padding_mask" in parameters and feature_method_requires(model, "get_audio_features", "padding_mask"):
+            # which samples of the raw audio are real (all of them), where the audio features need it
+            audio = inputs.get("input_values", next(iter(inputs.values())))
+            inputs["padding_mask"] = torch.ones((shape.batch, audio.shape[-1]), dtype=torch.long)
     # A second text input (a Q-Former's prompt, ...) before the main one: image features may depend on it.
     for name in required_parameters(model):
         if name.endswith("_input_ids") and name not in inputs:
@@ -562,6 +566,16 @@ def feature_owner(model: torch.nn.Module, method: str) -> torch.nn.Module | None
     owners = [module for module in model.modules() if hasattr(module, method)]
     named = [module for module in owners if not only_variadic(getattr(module, method))]
     return (named or owners or [None])[0]
+
+
+def feature_method_requires(model: torch.nn.Module, method: str, name: str) -> bool:
+    """Whether `method` of the model or of a submodule (a wrapper passes **kwargs on to it) requires `name`."""
+    for module in model.modules():
+        if hasattr(module, method) and not only_variadic(getattr(module, method)):
+            parameter = inspect.signature(getattr(module, method)).parameters.get(name)
+            if parameter is not None and parameter.default is inspect.Parameter.empty:
+                return True
+    return False
 
 
 def only_variadic(function) -> bool:
