@@ -493,3 +493,20 @@ def test_audio_features_that_need_the_padding_mask_get_one_over_the_samples():
     inputs = dummy_inputs(model, audio_layout=1)  # (batch, 1, samples): the layout it runs at
     assert inputs["padding_mask"].shape == inputs["input_values"].shape[:1] + inputs["input_values"].shape[-1:]
     assert check_eager("vibevoice")["status"] == "ok"
+
+
+def test_idefics_gets_a_list_of_one_image_per_sample_that_every_token_sees():
+    _, cls = model_class("idefics")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("idefics")))
+    inputs = dummy_inputs(model)
+    assert inputs["pixel_values"].dim() == 5 and inputs["pixel_values"].shape[1] == 1
+    assert inputs["image_attention_mask"].shape == (*inputs["input_ids"].shape, 1)
+    assert check_eager("idefics")["status"] == "ok"
+
+
+def test_a_spectrogram_seen_as_an_image_gets_a_channel_axis():
+    _, cls = model_class("clap_audio_model")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("clap_audio_model")))
+    features = dummy_inputs(model)["input_features"]
+    assert features.shape[1] == model.config.patch_embed_input_channels and features.shape[-1] == 64
+    assert check_eager("clap")["status"] == "ok"

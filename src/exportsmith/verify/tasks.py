@@ -375,6 +375,8 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
         config.model_type in modeling_auto.MODEL_FOR_KEYPOINT_MATCHING_MAPPING_NAMES
     ):  # image pairs, also for the base model
         return {"pixel_values": torch.randn((batch, 2, channels, height, width), generator=generator)}
+    if "image_attention_mask" in parameters:  # IDEFICS: a list of images per sample (one), text tokens see them
+        return {"pixel_values": torch.randn((batch, 1, channels, height, width), generator=generator)}
     if "pixel_attention_mask" in parameters:  # Idefics-style: a list of images per sample, and which pixels are real
         return {
             "pixel_values": torch.randn((batch, 1, channels, height, width), generator=generator),
@@ -494,6 +496,9 @@ def audio_inputs(
         size = (batch, bins, frames) if channels_first == (layout == 0) else (batch, frames, bins)
         if "feature_lens" in parameters:  # Qwen-Omni's audio tower: every sample's frames packed, and their counts
             size = (bins, batch * frames)
+        image_channels = first_int(audio, ("patch_embed_input_channels",), None)
+        if image_channels:  # a spectrogram seen as an image (CLAP's audio Swin): (batch, channels, frames, bins)
+            size = (batch, image_channels, frames, bins)
     inputs = {name: torch.randn(size, generator=generator)}
     if "feature_lens" in parameters and name == "input_features":
         inputs["feature_lens"] = torch.full((batch,), frames, dtype=torch.long)
@@ -549,6 +554,10 @@ def text_inputs(
             input_ids = torch.cat([input_ids[:, :2], block, input_ids[:, 2:]], dim=1)
             token_types = torch.cat([token_types[:, :2], (block == placeholder).long() * kind, token_types[:, 2:]], 1)
     inputs = {"input_ids": input_ids}
+    if "image_attention_mask" in parameters and "pixel_values" in media:  # every token sees every image
+        inputs["image_attention_mask"] = torch.ones(
+            (*input_ids.shape, media["pixel_values"].shape[1]), dtype=torch.long
+        )
     if "bbox" in parameters:  # layout models: a box per token, (x0, y0, x1, y1) on the page (0..1000 at most)
         page = min(1001, first_int(sub_config(config, "text_config"), ("max_2d_position_embeddings",), 1001))
         corners = torch.randint(0, page, (*input_ids.shape, 2, 2), generator=generator).sort(dim=-2).values

@@ -347,6 +347,8 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "ernie4_5_vl_moe_text": {"rope_parameters.mrope_section": [3, 3, 2]},
     # The audio tower's output is the text width (its `output_dim`, a name the width rule leaves alone).
     "qwen3_asr": {"audio_config.output_dim": HIDDEN_SIZE},
+    # CLAP's audio Swin doubles its patch width at each of its (two tiny) stages up to the width it projects from.
+    "clap": {"audio_config.patch_embeds_hidden_size": HIDDEN_SIZE // 2},
 }
 
 
