@@ -510,3 +510,10 @@ def test_a_spectrogram_seen_as_an_image_gets_a_channel_axis():
     features = dummy_inputs(model)["input_features"]
     assert features.shape[1] == model.config.patch_embed_input_channels and features.shape[-1] == 64
     assert check_eager("clap")["status"] == "ok"
+
+
+def test_a_text_line_recognizer_gets_a_line_image_its_pooling_fits():
+    _, cls = model_class("pp_ocrv5_mobile_rec")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("pp_ocrv5_mobile_rec")))
+    assert dummy_inputs(model)["pixel_values"].shape[-2:] == (96, 64)
+    assert check_eager("pp_ocrv5_mobile_rec")["status"] == "ok"

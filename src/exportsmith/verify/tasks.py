@@ -344,10 +344,20 @@ def vision_config(config):
     return sub_config(config, "vision_config", "vision_encoder_config", "encoder")
 
 
+# Image sizes that a config does not give and the default 32 x 32 is too small for: OCR text-line recognizers
+# pool their last feature map by 3 x 2 after striding the height by up to 32.
+IMAGE_SIZES = {
+    "pp_ocrv5_mobile_rec": (96, 64),
+    "pp_ocrv5_server_rec": (96, 64),
+    "pp_ocrv6_small_rec": (96, 64),
+    "pp_ocrv6_tiny_rec": (96, 64),
+}
+
+
 def image_size(vision) -> tuple[int, int, int]:
     """(channels, height, width) of one image."""
     channels = first_int(vision, ("num_channels", "in_channels", "in_chans", "input_channels"), 3)
-    size = getattr(vision, "image_size", None) or 32
+    size = getattr(vision, "image_size", None) or IMAGE_SIZES.get(getattr(vision, "model_type", None)) or 32
     height, width = (size, size) if isinstance(size, int) else tuple(size)[-2:]
     return channels, height, width
 
