@@ -517,3 +517,11 @@ def test_a_text_line_recognizer_gets_a_line_image_its_pooling_fits():
     model = build_tiny_model(cls, config_for(cls, tiny_config("pp_ocrv5_mobile_rec")))
     assert dummy_inputs(model)["pixel_values"].shape[-2:] == (96, 64)
     assert check_eager("pp_ocrv5_mobile_rec")["status"] == "ok"
+
+
+def test_an_audio_mask_the_features_do_not_count_with_is_left_out():
+    # Granite Speech's input_features_mask selects projected audio tokens, not frames
+    _, cls = model_class("granite_speech")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("granite_speech")))
+    assert "input_features_mask" not in dummy_inputs(model)
+    assert check_eager("granite_speech")["status"] == "ok"

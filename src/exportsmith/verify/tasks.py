@@ -225,6 +225,11 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         inputs.update(image_inputs(model, config, parameters, shape, generator))
     if wants_audio:
         inputs.update(audio_inputs(config, parameters, main, audio_layout, shape, generator))
+        for mask in AUDIO_MASKS:
+            if mask in inputs and feature_owner(model, "get_audio_features") and not feature_method_names(model, mask):
+                # a mask the audio features do not count with is over their projected tokens (Granite Speech's)
+                # rather than over frames: left out, it keeps them all
+                del inputs[mask]
         if "padding_mask" in parameters and feature_method_requires(model, "get_audio_features", "padding_mask"):
             # which samples of the raw audio are real (all of them), where the audio features need it
             audio = inputs.get("input_values", next(iter(inputs.values())))
@@ -585,6 +590,12 @@ def feature_owner(model: torch.nn.Module, method: str) -> torch.nn.Module | None
     owners = [module for module in model.modules() if hasattr(module, method)]
     named = [module for module in owners if not only_variadic(getattr(module, method))]
     return (named or owners or [None])[0]
+
+
+def feature_method_names(model: torch.nn.Module, name: str, method: str = "get_audio_features") -> bool:
+    """Whether `method` of the model or of a submodule names the parameter `name`."""
+    methods = (getattr(module, method) for module in model.modules() if hasattr(module, method))
+    return any(name in inspect.signature(function).parameters for function in methods)
 
 
 def feature_method_requires(model: torch.nn.Module, method: str, name: str) -> bool:
