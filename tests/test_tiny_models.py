@@ -525,3 +525,14 @@ def test_an_audio_mask_the_features_do_not_count_with_is_left_out():
     model = build_tiny_model(cls, config_for(cls, tiny_config("granite_speech")))
     assert "input_features_mask" not in dummy_inputs(model)
     assert check_eager("granite_speech")["status"] == "ok"
+
+
+def test_audio_feature_widths_come_from_the_asr_tower_and_the_feature_extractor():
+    # Nemotron's transcriber keeps its mel bins in asr_config; Granite Speech 5 gets deltas of stacked frame pairs
+    for model_type, per_bin in (("nemotron3_5_transcribe_audio", 1), ("granite_speech5_encoder", 4)):
+        _, cls = model_class(model_type)
+        model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+        config = getattr(model.config, "asr_config", model.config)
+        features = dummy_inputs(model)["input_features"]
+        assert config.num_mel_bins * per_bin in features.shape[1:], model_type
+        assert check_eager(model_type)["status"] == "ok"

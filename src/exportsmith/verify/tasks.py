@@ -470,6 +470,9 @@ AUDIO_MASKS = ("input_features_mask", "feature_attention_mask", "audio_attention
 # samples) or (batch, channels=1, samples), features as (batch, frames, bins) or (batch, bins, frames).
 # `audio_layout` 0 is the likelier one for the config, 1 the other; the eager check tries both.
 AUDIO_LAYOUTS = 2
+# Feature extractors that give more than one feature per mel bin and frame, which the config does not say: Granite
+# Speech 5's adds deltas (x2) and stacks frame pairs (x2).
+FEATURES_PER_BIN = {"granite_speech5_encoder": 4}
 FEATURE_BINS = (
     "feature_projection_input_dim",
     "num_mel_bins",
@@ -486,6 +489,7 @@ def audio_inputs(
 ) -> dict:
     batch = shape.batch
     audio = sub_config(sub_config(config, "thinker_config"), "audio_config", "encoder_config", "encoder")
+    audio = sub_config(audio, "asr_config")  # a speech-recognition tower beside others (diarization) in one config
     name = (
         main
         if main in ("input_features", "input_values")
@@ -503,6 +507,7 @@ def audio_inputs(
     else:
         # features per frame: the bins, times the channels or the frames stacked into one (low frame rate encoders)
         bins = first_int(audio, FEATURE_BINS, 80) * first_int(audio, ("input_channels", "num_stacked_frames"), 1)
+        bins *= FEATURES_PER_BIN.get(audio.model_type, 1)
         positions = first_int(audio, ("max_source_positions",), None)
         # whisper-like encoders take (batch, bins, frames), frames fixed at twice their positions
         channels_first = positions is not None and hasattr(audio, "num_mel_bins")

@@ -349,6 +349,10 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "qwen3_asr": {"audio_config.output_dim": HIDDEN_SIZE},
     # CLAP's audio Swin doubles its patch width at each of its (two tiny) stages up to the width it projects from.
     "clap": {"audio_config.patch_embeds_hidden_size": HIDDEN_SIZE // 2},
+    # Granite Speech 5's encoder projects keys and values for every head but still repeats them by
+    # heads / kv heads: multi-head only.
+    "granite_speech5_encoder": {"num_key_value_heads": NUM_HEADS},
+    "granite_speech5_ctc": {"encoder_config.num_key_value_heads": NUM_HEADS},
 }
 
 
