@@ -536,3 +536,33 @@ def test_audio_feature_widths_come_from_the_asr_tower_and_the_feature_extractor(
         features = dummy_inputs(model)["input_features"]
         assert config.num_mel_bins * per_bin in features.shape[1:], model_type
         assert check_eager(model_type)["status"] == "ok"
+
+
+def test_a_single_config_that_sizes_images_gets_them():
+    _, cls = model_class("vilt")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("vilt")))
+    assert dummy_inputs(model)["pixel_values"].shape[-1] == model.config.image_size
+    assert check_eager("vilt")["status"] == "ok"
+
+
+def test_kosmos_2_marks_where_the_image_queries_go():
+    _, cls = model_class("kosmos-2")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("kosmos-2")))
+    inputs = dummy_inputs(model)
+    assert inputs["image_embeds_position_mask"].shape == inputs["input_ids"].shape
+    assert inputs["image_embeds_position_mask"].sum(1).tolist() == [model.config.latent_query_num] * 2
+    assert check_eager("kosmos-2")["status"] == "ok"
+
+
+def test_udop_boxes_are_fractions_of_the_page():
+    _, cls = model_class("udop")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("udop")))
+    boxes = dummy_inputs(model)["bbox"]
+    assert boxes.is_floating_point() and 0 <= boxes.min() and boxes.max() <= 1
+    assert check_eager("udop")["status"] == "ok"
+
+
+@pytest.mark.parametrize("model_type", ["xlstm", "granite_speech5_encoder"])
+def test_overrides_for_modeling_code_that_ignores_a_size(model_type):
+    assert tiny.MODEL_OVERRIDES[model_type]
+    assert check_eager(model_type)["status"] == "ok"

@@ -196,7 +196,12 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
     # A tower whose sub-config is left out (None: a text-only checkpoint of a multimodal family) is not built.
     wants_images = main == "pixel_values_videos" or (
         "pixel_values" in parameters
-        and (main == "pixel_values" or has_image_token(config) or hasattr(config, "vision_config"))
+        and (
+            main == "pixel_values"
+            or has_image_token(config)
+            or hasattr(config, "vision_config")
+            or images_in_config(config)
+        )
         and not tower_left_out(config, "vision_config", main)
     )
     wants_audio = (
@@ -276,6 +281,11 @@ def time_series_inputs(config, parameters: set[str], shape: InputShape, generato
     if "freq" in parameters:  # a frequency category per series (0: high frequency)
         inputs["freq"] = torch.zeros((shape.batch, 1), dtype=torch.long)
     return inputs
+
+
+def images_in_config(config) -> bool:
+    """A single config that also sizes images (ViLT's image size)."""
+    return isinstance(getattr(config, "image_size", None), int)
 
 
 def tower_left_out(config, name: str, main: str) -> bool:
@@ -558,6 +568,10 @@ MODALITIES = (
 )
 
 
+# Layout models whose boxes are fractions of the page (UDOP scales them by its 2D position table), not 0..1000.
+NORMALIZED_BOXES = ("udop",)
+
+
 def text_inputs(
     model, config, parameters: set[str], media: dict, shape: InputShape, generator: torch.Generator
 ) -> dict:
@@ -573,7 +587,17 @@ def text_inputs(
             block = placeholder_block(owner, config, modality, placeholder, media, shape.batch)
             input_ids = torch.cat([input_ids[:, :2], block, input_ids[:, 2:]], dim=1)
             token_types = torch.cat([token_types[:, :2], (block == placeholder).long() * kind, token_types[:, 2:]], 1)
+    position_mask = None
+    if "image_embeds_position_mask" in parameters and "pixel_values" in media:
+        # Kosmos-2: the image's latent queries replace as many tokens, which a mask marks (after the first token)
+        queries = first_int(config, ("latent_query_num",), 64)
+        stand_ins = input_ids.new_full((rows, queries), SPECIAL_IDS)
+        input_ids = torch.cat([input_ids[:, :1], stand_ins, input_ids[:, 1:]], 1)
+        position_mask = torch.zeros_like(input_ids)
+        position_mask[:, 1 : 1 + queries] = 1
     inputs = {"input_ids": input_ids}
+    if position_mask is not None:
+        inputs["image_embeds_position_mask"] = position_mask
     if "image_attention_mask" in parameters and "pixel_values" in media:  # every token sees every image
         inputs["image_attention_mask"] = torch.ones(
             (*input_ids.shape, media["pixel_values"].shape[1]), dtype=torch.long
@@ -582,6 +606,8 @@ def text_inputs(
         page = min(1001, first_int(sub_config(config, "text_config"), ("max_2d_position_embeddings",), 1001))
         corners = torch.randint(0, page, (*input_ids.shape, 2, 2), generator=generator).sort(dim=-2).values
         inputs["bbox"] = corners.flatten(-2)  # the smaller corner first
+        if config.model_type in NORMALIZED_BOXES:
+            inputs["bbox"] = inputs["bbox"] / 1000
     if "attention_mask" in parameters:
         inputs["attention_mask"] = torch.ones_like(input_ids)
     if "mm_token_type_ids" in parameters and media:

@@ -353,6 +353,9 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     # heads / kv heads: multi-head only.
     "granite_speech5_encoder": {"num_key_value_heads": NUM_HEADS},
     "granite_speech5_ctc": {"encoder_config.num_key_value_heads": NUM_HEADS},
+    # xLSTM's cache sizes its matrix memory with the full head width for queries/keys: the defaults' half-width
+    # keys (qk_dim_factor 0.5) fail the recurrent step's shape check.
+    "xlstm": {"qk_dim_factor": 1.0},
 }
 
 
