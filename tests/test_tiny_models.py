@@ -566,3 +566,18 @@ def test_udop_boxes_are_fractions_of_the_page():
 def test_overrides_for_modeling_code_that_ignores_a_size(model_type):
     assert tiny.MODEL_OVERRIDES[model_type]
     assert check_eager(model_type)["status"] == "ok"
+
+
+def test_a_grid_of_images_only_has_height_and_width():
+    _, cls = model_class("nemotron_h_omni")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("nemotron_h_omni")))
+    inputs = dummy_inputs(model)
+    assert inputs["image_grid_hw"].shape == (2, 2)
+    assert inputs["pixel_values"].shape[0] == int(inputs["image_grid_hw"].prod(-1).sum())
+    assert check_eager("nemotron_h_omni")["status"] == "ok"
+
+
+@pytest.mark.parametrize("model_type", ["llama4_vision_model", "aria", "molmo2_vision"])
+def test_vision_towers_sized_for_the_tiny_patch_grid(model_type):
+    assert tiny.MODEL_OVERRIDES[model_type]
+    assert check_eager(model_type)["status"] == "ok"

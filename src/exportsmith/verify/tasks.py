@@ -379,7 +379,7 @@ def image_size(vision) -> tuple[int, int, int]:
 
 def image_inputs(model, config, parameters: set[str], shape: InputShape, generator: torch.Generator) -> dict:
     batch = shape.batch
-    for grid_name in ("image_grid_thw", "grid_thw"):
+    for grid_name in ("image_grid_thw", "grid_thw", "image_grid_hw"):
         if grid_name in parameters:
             inputs = patch_inputs(model, config, "pixel_values", grid_name, shape, generator)
             for merge_name in {"merge_sizes", "image_merge_sizes"} & parameters:
@@ -389,7 +389,8 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
     vision = vision_config(config)
     channels, height, width = image_size(vision)
     patch = first_int(vision, ("patch_size",), None)
-    if patch and FLAT_PATCH_INPUTS & parameters and embeds_flat_patches(model, channels * patch * patch):
+    flat = FLAT_PATCH_INPUTS & parameters or config.model_type in FLAT_PATCH_TOWERS
+    if patch and flat and embeds_flat_patches(model, channels * patch * patch):
         return flat_patch_inputs(parameters, batch, channels, patch, height // patch, width // patch, generator)
     frames = first_int(vision, ("num_frames", "frames_per_clip"), None) or first_int(config, ("num_frames",), None)
     if "pixel_values_videos" in parameters and "pixel_values" not in parameters:
@@ -421,6 +422,8 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
 
 # Inputs that come with flattened patches (a model that patchifies images itself, RADIO, has none of them).
 FLAT_PATCH_INPUTS = {"spatial_shapes", "image_patches"}
+# Towers that take flattened patches without such an input (they are square grids).
+FLAT_PATCH_TOWERS = ("molmo2_vision",)
 
 
 def embeds_flat_patches(model: torch.nn.Module, patch_features: int) -> bool:
@@ -467,6 +470,8 @@ def patch_inputs(
     temporal = first_int(vision, ("temporal_patch_size", "patch_temporal"), 1)
     grid_h, grid_w = height // patch, width // patch
     grid = torch.tensor([[1, grid_h, grid_w]] * shape.batch)
+    if grid_name.endswith("_hw"):  # a grid of images only: (height, width)
+        grid = grid[:, 1:]
     pixels = torch.randn((shape.batch * grid_h * grid_w, channels * temporal * patch * patch), generator=generator)
     if config.model_type in UNFLATTENED_PATCHES:
         pixels = pixels.view(-1, channels, patch, patch)

@@ -356,6 +356,19 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     # xLSTM's cache sizes its matrix memory with the full head width for queries/keys: the defaults' half-width
     # keys (qk_dim_factor 0.5) fail the recurrent step's shape check.
     "xlstm": {"qk_dim_factor": 1.0},
+    # Llama 4's vision adapter takes the pixel-shuffled width (four tiny widths at ratio 0.5) as its MLP's input.
+    "llama4_vision_model": {
+        "intermediate_size": 4 * HIDDEN_SIZE,
+        "projector_input_dim": HIDDEN_SIZE,
+        "projector_output_dim": HIDDEN_SIZE,
+        "vision_output_dim": HIDDEN_SIZE,
+    },
+    # Aria's projector has a number of queries per image patch count: the tiny image's 8 x 8 patches.
+    "aria": {"projector_patch_to_query_dict": {(IMAGE_SIZE // PATCH_SIZE) ** 2: 16}},
+    # Placeholder ids its processor sets (the config leaves them None): an unused special id.
+    "nemotron_h_omni": {"image_token_id": SPECIAL_IDS - 1},
+    # Molmo 2's tower has a position embedding per patch of its default image: one per tiny patch.
+    "molmo2_vision": {"num_position_embeddings": (IMAGE_SIZE // PATCH_SIZE) ** 2},
 }
 
 
