@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import WhisperForConditionalGeneration
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-from transformers.utils.import_utils import is_natten_available, requires_backends
+from transformers.utils.import_utils import is_natten_available, is_timm_available, requires_backends
 
 from exportsmith.verify import isolate, tiny
 from exportsmith.verify.isolate import check_eager, recorded, run_isolated, sweep
@@ -581,3 +581,14 @@ def test_a_grid_of_images_only_has_height_and_width():
 def test_vision_towers_sized_for_the_tiny_patch_grid(model_type):
     assert tiny.MODEL_OVERRIDES[model_type]
     assert check_eager(model_type)["status"] == "ok"
+
+
+def test_a_refusal_names_every_missing_optional_package(monkeypatch):
+    def needs_natten_and_timm(model_class, config):
+        requires_backends(model_class, ["natten", "timm"])
+
+    if is_natten_available() or is_timm_available():
+        pytest.skip("natten or timm is installed")
+    monkeypatch.setattr(isolate, "build_tiny_model", needs_natten_and_timm)
+    record = check_eager("llama")
+    assert record["status"] == "refused" and record["reason"] == "needs the optional packages natten, timm", record

@@ -119,9 +119,11 @@ def check_eager(model_type: str) -> dict:
     except TooLarge as error:
         return {**record, "status": "refused", "reason": str(error)}
     except Exception as error:
-        missing = MISSING_PACKAGE.search(str(error)) if isinstance(error, ImportError) else None
+        # every package the error names (PIL and timm, say), in order: which one comes first depends on the machine
+        missing = list(dict.fromkeys(MISSING_PACKAGE.findall(str(error)))) if isinstance(error, ImportError) else []
         if missing:
-            return {**record, "status": "refused", "reason": f"needs the optional package {missing.group(1)}"}
+            packages = "package " + missing[0] if len(missing) == 1 else "packages " + ", ".join(missing)
+            return {**record, "status": "refused", "reason": f"needs the optional {packages}"}
         return {**record, "status": "oom" if is_out_of_memory(error) else stage, "reason": first_line(error)}
     return {**record, "status": "ok", "reason": ""}
 
