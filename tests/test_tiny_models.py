@@ -592,3 +592,18 @@ def test_a_refusal_names_every_missing_optional_package(monkeypatch):
     monkeypatch.setattr(isolate, "build_tiny_model", needs_natten_and_timm)
     record = check_eager("llama")
     assert record["status"] == "refused" and record["reason"] == "needs the optional packages natten, timm", record
+
+
+def test_an_audio_code_decoder_with_code_channels_gets_them_on_a_trailing_axis():
+    _, cls = model_class("dia")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("dia")))
+    decoder_ids = dummy_inputs(model)["decoder_input_ids"]
+    assert decoder_ids.shape == (2, 4, model.config.decoder_config.num_channels)
+    assert check_eager("dia")["status"] == "ok" and check_eager("dia_decoder")["status"] == "ok"
+
+
+def test_a_video_tower_of_frames_in_the_batch_gets_whole_clips():
+    _, cls = model_class("xclip_vision_model")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("xclip_vision_model")))
+    assert dummy_inputs(model)["pixel_values"].shape[0] == 2 * model.config.num_frames
+    assert check_eager("xclip_vision_model")["status"] == "ok"

@@ -255,9 +255,8 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         width = first_int(config, ("hidden_size", "d_model"), 64)
         inputs["encoder_hidden_states"] = torch.randn((shape.batch, shape.text_length, width), generator=generator)
     if "decoder_input_ids" in parameters and getattr(config, "is_encoder_decoder", False):
-        inputs["decoder_input_ids"] = random_tokens(
-            decoder_vocab(config), (shape.batch, shape.decoder_length), generator
-        )
+        size = (shape.batch, shape.decoder_length) + code_channels(sub_config(config, "decoder_config"))
+        inputs["decoder_input_ids"] = random_tokens(decoder_vocab(config), size, generator)
     if main not in inputs:
         raise ValueError(f"cannot build the main input {main!r} of {type(model).__name__}")
     return inputs
@@ -395,6 +394,8 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
     frames = first_int(vision, ("num_frames", "frames_per_clip"), None) or first_int(config, ("num_frames",), None)
     if "pixel_values_videos" in parameters and "pixel_values" not in parameters:
         return {"pixel_values_videos": torch.randn((batch, frames or 4, channels, height, width), generator=generator)}
+    if frames and config.model_type in FRAMES_IN_BATCH:
+        return {"pixel_values": torch.randn((batch * frames, channels, height, width), generator=generator)}
     if frames:  # video classifiers take clips in pixel_values
         return {"pixel_values": torch.randn((batch, frames, channels, height, width), generator=generator)}
     if (
@@ -420,6 +421,8 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
     return {"pixel_values": torch.randn(pixels, generator=generator), "image_sizes": sizes}
 
 
+# Vision towers of video models that take every clip's frames flattened into the batch: (clips x frames, C, H, W).
+FRAMES_IN_BATCH = ("xclip_vision_model",)
 # Inputs that come with flattened patches (a model that patchifies images itself, RADIO, has none of them).
 FLAT_PATCH_INPUTS = {"spatial_shapes", "image_patches"}
 # Towers that take flattened patches without such an input (they are square grids).
@@ -577,13 +580,21 @@ MODALITIES = (
 NORMALIZED_BOXES = ("udop",)
 
 
+# Audio-code decoders that take one token per codebook channel on a trailing axis: (batch, length, channels).
+CODE_CHANNEL_DECODERS = ("dia_decoder",)
+
+
+def code_channels(config) -> tuple[int, ...]:
+    return (config.num_channels,) if config.model_type in CODE_CHANNEL_DECODERS else ()
+
+
 def text_inputs(
     model, config, parameters: set[str], media: dict, shape: InputShape, generator: torch.Generator
 ) -> dict:
     rows = shape.batch
     if config.model_type.endswith("_decoder") and isinstance(getattr(config, "num_codebooks", None), int):
         rows *= config.num_codebooks  # an audio-code decoder (MusicGen) takes one row per sample and codebook
-    input_ids = random_tokens(vocab(config), (rows, shape.text_length), generator)
+    input_ids = random_tokens(vocab(config), (rows, shape.text_length) + code_channels(config), generator)
     token_types = torch.zeros_like(input_ids)
     for kind, modality in enumerate(MODALITIES, start=1):
         placeholder = token_id(config, *modality.placeholder)
