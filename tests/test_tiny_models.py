@@ -607,3 +607,13 @@ def test_a_video_tower_of_frames_in_the_batch_gets_whole_clips():
     model = build_tiny_model(cls, config_for(cls, tiny_config("xclip_vision_model")))
     assert dummy_inputs(model)["pixel_values"].shape[0] == 2 * model.config.num_frames
     assert check_eager("xclip_vision_model")["status"] == "ok"
+
+
+def test_flat_patches_with_position_ids_get_each_patch_s_grid_position():
+    _, cls = model_class("gemma4_vision")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("gemma4_vision")))
+    inputs = dummy_inputs(model)
+    patches = inputs["pixel_values"].shape[1]
+    assert inputs["pixel_position_ids"].shape == (2, patches, 2)
+    assert inputs["pixel_position_ids"][0, -1].tolist() == [7, 7]  # the last patch of the 8 x 8 grid
+    assert check_eager("gemma4_vision")["status"] == "ok"

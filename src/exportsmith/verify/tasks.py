@@ -424,7 +424,7 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
 # Vision towers of video models that take every clip's frames flattened into the batch: (clips x frames, C, H, W).
 FRAMES_IN_BATCH = ("xclip_vision_model",)
 # Inputs that come with flattened patches (a model that patchifies images itself, RADIO, has none of them).
-FLAT_PATCH_INPUTS = {"spatial_shapes", "image_patches"}
+FLAT_PATCH_INPUTS = {"spatial_shapes", "image_patches", "pixel_position_ids"}
 # Towers that take flattened patches without such an input (they are square grids).
 FLAT_PATCH_TOWERS = ("molmo2_vision",)
 
@@ -445,6 +445,9 @@ def flat_patch_inputs(parameters, batch, channels, patch, rows, columns, generat
         inputs["spatial_shapes"] = torch.tensor([[rows, columns]] * batch)
     if "pixel_attention_mask" in parameters:
         inputs["pixel_attention_mask"] = torch.ones((batch, rows * columns), dtype=torch.long)
+    if "pixel_position_ids" in parameters:  # each patch's (x, y) on the grid, row by row
+        y, x = torch.meshgrid(torch.arange(rows), torch.arange(columns), indexing="ij")
+        inputs["pixel_position_ids"] = torch.stack([x.flatten(), y.flatten()], -1).expand(batch, -1, -1)
     return inputs
 
 

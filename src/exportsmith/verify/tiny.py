@@ -367,6 +367,8 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "aria": {"projector_patch_to_query_dict": {(IMAGE_SIZE // PATCH_SIZE) ** 2: 16}},
     # Placeholder ids its processor sets (the config leaves them None): an unused special id.
     "nemotron_h_omni": {"image_token_id": SPECIAL_IDS - 1},
+    # Gemma 4's vision pooler averages k x k patches: a k that divides the tiny 8 x 8 patch grid.
+    "gemma4_vision": {"pooling_kernel_size": 2},
     # Molmo 2's tower has a position embedding per patch of its default image: one per tiny patch.
     "molmo2_vision": {"num_position_embeddings": (IMAGE_SIZE // PATCH_SIZE) ** 2},
 }
