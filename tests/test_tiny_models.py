@@ -617,3 +617,12 @@ def test_flat_patches_with_position_ids_get_each_patch_s_grid_position():
     assert inputs["pixel_position_ids"].shape == (2, patches, 2)
     assert inputs["pixel_position_ids"][0, -1].tolist() == [7, 7]  # the last patch of the 8 x 8 grid
     assert check_eager("gemma4_vision")["status"] == "ok"
+
+
+def test_minicpm_v_gets_every_image_s_patches_in_one_strip_with_their_grids():
+    _, cls = model_class("minicpmv4_6_vision")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("minicpmv4_6_vision")))
+    inputs = dummy_inputs(model)
+    patch = model.config.patch_size
+    assert inputs["pixel_values"].shape == (1, 3, patch, int(inputs["target_sizes"].prod(-1).sum()) * patch)
+    assert check_eager("minicpmv4_6_vision")["status"] == "ok"

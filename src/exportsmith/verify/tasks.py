@@ -391,6 +391,10 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
     flat = FLAT_PATCH_INPUTS & parameters or config.model_type in FLAT_PATCH_TOWERS
     if patch and flat and embeds_flat_patches(model, channels * patch * patch):
         return flat_patch_inputs(parameters, batch, channels, patch, height // patch, width // patch, generator)
+    if patch and "target_sizes" in parameters:  # MiniCPM-V: every image's patches side by side in one strip
+        rows, columns = height // patch, width // patch
+        strip = torch.randn((1, channels, patch, batch * rows * columns * patch), generator=generator)
+        return {"pixel_values": strip, "target_sizes": torch.tensor([[rows, columns]] * batch)}
     frames = first_int(vision, ("num_frames", "frames_per_clip"), None) or first_int(config, ("num_frames",), None)
     if "pixel_values_videos" in parameters and "pixel_values" not in parameters:
         return {"pixel_values_videos": torch.randn((batch, frames or 4, channels, height, width), generator=generator)}
