@@ -626,3 +626,13 @@ def test_minicpm_v_gets_every_image_s_patches_in_one_strip_with_their_grids():
     patch = model.config.patch_size
     assert inputs["pixel_values"].shape == (1, 3, patch, int(inputs["target_sizes"].prod(-1).sum()) * patch)
     assert check_eager("minicpmv4_6_vision")["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    "model_type, leading", [("paddleocr_vl", (128,)), ("paddleocr_vl_vision", (1, 128)), ("kimi_k25", (128,))]
+)
+def test_patches_as_images_come_in_the_tower_s_layout(model_type, leading):
+    _, cls = model_class(model_type)
+    model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+    assert dummy_inputs(model)["pixel_values"].shape == (*leading, 3, 4, 4)
+    assert check_eager(model_type)["status"] == "ok"

@@ -466,7 +466,9 @@ def requires_image_sizes(model: torch.nn.Module) -> bool:
 
 # Towers that take Qwen-style patches as (patches, channels, patch, patch) images, which they convolve without a
 # reshape (others that convolve patches, HunYuan-VL's, reshape flat ones themselves: the modules do not tell).
-UNFLATTENED_PATCHES = ("kimi_k25", "kimi_k25_vision")
+UNFLATTENED_PATCHES = ("kimi_k25", "kimi_k25_vision", "paddleocr_vl")
+# ... and towers that take them as one sequence of such images: (1, patches, channels, patch, patch).
+PATCH_SEQUENCES = ("paddleocr_vl_vision",)
 
 
 def patch_inputs(
@@ -485,6 +487,8 @@ def patch_inputs(
     pixels = torch.randn((shape.batch * grid_h * grid_w, channels * temporal * patch * patch), generator=generator)
     if config.model_type in UNFLATTENED_PATCHES:
         pixels = pixels.view(-1, channels, patch, patch)
+    elif config.model_type in PATCH_SEQUENCES:
+        pixels = pixels.view(1, -1, channels, patch, patch)
     return {pixel_name: pixels, grid_name: grid}
 
 

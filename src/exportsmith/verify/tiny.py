@@ -345,6 +345,8 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     # [22, 22, 20] for a head of 128).
     "ernie4_5_vl_moe": {"text_config.rope_parameters.mrope_section": [3, 3, 2]},
     "ernie4_5_vl_moe_text": {"rope_parameters.mrope_section": [3, 3, 2]},
+    # PaddleOCR-VL reads a default section for a head of 128 ([16, 24, 24]) unless the config has one.
+    "paddleocr_vl": {"text_config.rope_parameters.mrope_section": [2, 3, 3]},
     # The audio tower's output is the text width (its `output_dim`, a name the width rule leaves alone).
     "qwen3_asr": {"audio_config.output_dim": HIDDEN_SIZE},
     # CLAP's audio Swin doubles its patch width at each of its (two tiny) stages up to the width it projects from.
