@@ -636,3 +636,13 @@ def test_patches_as_images_come_in_the_tower_s_layout(model_type, leading):
     model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
     assert dummy_inputs(model)["pixel_values"].shape == (*leading, 3, 4, 4)
     assert check_eager(model_type)["status"] == "ok"
+
+
+def test_mllama_s_tower_gets_an_image_padded_to_its_tiles():
+    _, cls = model_class("mllama_vision_model")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("mllama_vision_model")))
+    inputs = dummy_inputs(model)
+    tiles = model.config.max_num_tiles
+    assert inputs["pixel_values"].shape[:3] == (2, 1, tiles)
+    assert inputs["aspect_ratio_mask"].sum().item() == 2  # one real tile per image
+    assert check_eager("mllama_vision_model")["status"] == "ok"

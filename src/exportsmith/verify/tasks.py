@@ -391,6 +391,15 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
     flat = FLAT_PATCH_INPUTS & parameters or config.model_type in FLAT_PATCH_TOWERS
     if patch and flat and embeds_flat_patches(model, channels * patch * patch):
         return flat_patch_inputs(parameters, batch, channels, patch, height // patch, width // patch, generator)
+    if "aspect_ratio_ids" in parameters:  # Mllama: one image per sample, padded to its tiles
+        tiles = first_int(vision, ("max_num_tiles",), 1)
+        mask = torch.zeros((batch, 1, tiles), dtype=torch.long)
+        mask[..., 0] = 1  # one real tile: the 1 x 1 aspect ratio, the first supported one (ids count from 1)
+        return {
+            "pixel_values": torch.randn((batch, 1, tiles, channels, height, width), generator=generator),
+            "aspect_ratio_ids": torch.ones((batch, 1), dtype=torch.long),
+            "aspect_ratio_mask": mask,
+        }
     if patch and "target_sizes" in parameters:  # MiniCPM-V: every image's patches side by side in one strip
         rows, columns = height // patch, width // patch
         strip = torch.randn((1, channels, patch, batch * rows * columns * patch), generator=generator)

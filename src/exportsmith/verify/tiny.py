@@ -371,6 +371,8 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "nemotron_h_omni": {"image_token_id": SPECIAL_IDS - 1},
     # Gemma 4's vision pooler averages k x k patches: a k that divides the tiny 8 x 8 patch grid.
     "gemma4_vision": {"pooling_kernel_size": 2},
+    # Mllama's tower taps layers by index among its layers' outputs (no embeddings entry): five taps, of two layers.
+    "mllama_vision_model": {"intermediate_layers_indices": [0, 0, 0, 1, 1]},
     # Molmo 2's tower has a position embedding per patch of its default image: one per tiny patch.
     "molmo2_vision": {"num_position_embeddings": (IMAGE_SIZE // PATCH_SIZE) ** 2},
 }
