@@ -371,6 +371,10 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "nemotron_h_omni": {"image_token_id": SPECIAL_IDS - 1},
     # Gemma 4's vision pooler averages k x k patches: a k that divides the tiny 8 x 8 patch grid.
     "gemma4_vision": {"pooling_kernel_size": 2},
+    # SuperGlue matches SuperPoint's descriptors at its own width.
+    "superglue": {"keypoint_detector_config.descriptor_decoder_dim": HIDDEN_SIZE},
+    # EfficientLoFTR's 2D rotary embedding spans half the width: head dim x factor = width / 2 (4 heads of 16).
+    "efficientloftr": {"rope_parameters.partial_rotary_factor": HIDDEN_SIZE / 2 / HEAD_DIM},
     # Mllama's tower taps layers by index among its layers' outputs (no embeddings entry): five taps, of two layers.
     "mllama_vision_model": {"intermediate_layers_indices": [0, 0, 0, 1, 1]},
     # Molmo 2's tower has a position embedding per patch of its default image: one per tiny patch.
