@@ -646,3 +646,18 @@ def test_mllama_s_tower_gets_an_image_padded_to_its_tiles():
     assert inputs["pixel_values"].shape[:3] == (2, 1, tiles)
     assert inputs["aspect_ratio_mask"].sum().item() == 2  # one real tile per image
     assert check_eager("mllama_vision_model")["status"] == "ok"
+
+
+def test_kyutai_gets_its_text_token_and_audio_codes_on_a_trailing_axis():
+    _, cls = model_class("kyutai_speech_to_text")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("kyutai_speech_to_text")))
+    assert dummy_inputs(model)["input_ids"].shape == (2, 8, model.config.num_codebooks + 1)
+    assert check_eager("kyutai_speech_to_text")["status"] == "ok"
+
+
+def test_clvp_gets_the_features_its_decoder_conditions_on():
+    _, cls = model_class("clvp")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("clvp")))
+    features = dummy_inputs(model, audio_layout=1)["input_features"]
+    assert features.shape[1] == model.config.decoder_config.feature_size
+    assert check_eager("clvp")["status"] == "ok" and check_eager("clvp_encoder")["status"] == "ok"

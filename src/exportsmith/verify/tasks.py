@@ -210,6 +210,7 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
             main in ("input_features", "input_values")
             or has_audio_token(config)
             or (hasattr(config, "audio_config") and not unset_placeholder(config, MODALITIES[1]))
+            or hasattr(config, "speech_config")  # CLVP: text and speech, whose decoder conditions on features
         )
         and not tower_left_out(config, "audio_config", main)
     )
@@ -526,7 +527,9 @@ def audio_inputs(
     config, parameters: set[str], main: str, layout: int, shape: InputShape, generator: torch.Generator
 ) -> dict:
     batch = shape.batch
-    audio = sub_config(sub_config(config, "thinker_config"), "audio_config", "encoder_config", "encoder")
+    audio = sub_config(
+        sub_config(config, "thinker_config"), "audio_config", "encoder_config", "encoder", "decoder_config"
+    )
     audio = sub_config(audio, "asr_config")  # a speech-recognition tower beside others (diarization) in one config
     name = (
         main
@@ -600,12 +603,16 @@ MODALITIES = (
 NORMALIZED_BOXES = ("udop",)
 
 
-# Audio-code decoders that take one token per codebook channel on a trailing axis: (batch, length, channels).
-CODE_CHANNEL_DECODERS = ("dia_decoder",)
+# Audio-code models that take one token per codebook channel on a trailing axis, (batch, length, channels): the
+# config attribute that counts the channels, and how many more (Kyutai's text token beside its audio codes).
+CODE_CHANNELS = {"dia_decoder": ("num_channels", 0), "kyutai_speech_to_text": ("num_codebooks", 1)}
 
 
 def code_channels(config) -> tuple[int, ...]:
-    return (config.num_channels,) if config.model_type in CODE_CHANNEL_DECODERS else ()
+    if config.model_type not in CODE_CHANNELS:
+        return ()
+    name, extra = CODE_CHANNELS[config.model_type]
+    return (getattr(config, name) + extra,)
 
 
 def text_inputs(

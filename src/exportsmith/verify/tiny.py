@@ -373,6 +373,12 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "gemma4_vision": {"pooling_kernel_size": 2},
     # SuperGlue matches SuperPoint's descriptors at its own width.
     "superglue": {"keypoint_detector_config.descriptor_decoder_dim": HIDDEN_SIZE},
+    # CLVP's encoders rotate at least 32 dims of each head: heads of 32.
+    "clvp_encoder": {"num_attention_heads": HIDDEN_SIZE // 32},
+    "clvp": {
+        "text_config.num_attention_heads": HIDDEN_SIZE // 32,
+        "speech_config.num_attention_heads": HIDDEN_SIZE // 32,
+    },
     # EfficientLoFTR's 2D rotary embedding spans half the width: head dim x factor = width / 2 (4 heads of 16).
     "efficientloftr": {"rope_parameters.partial_rotary_factor": HIDDEN_SIZE / 2 / HEAD_DIM},
     # Mllama's tower taps layers by index among its layers' outputs (no embeddings entry): five taps, of two layers.
