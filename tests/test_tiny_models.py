@@ -661,3 +661,13 @@ def test_clvp_gets_the_features_its_decoder_conditions_on():
     features = dummy_inputs(model, audio_layout=1)["input_features"]
     assert features.shape[1] == model.config.decoder_config.feature_size
     assert check_eager("clvp")["status"] == "ok" and check_eager("clvp_encoder")["status"] == "ok"
+
+
+@pytest.mark.parametrize("model_type", ["blip_2_qformer", "idefics2_perceiver"])
+def test_a_q_former_or_resampler_on_its_own_gets_vectors_to_attend_to(model_type):
+    _, cls = model_class(model_type)
+    model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+    inputs = dummy_inputs(model)
+    main = next(name for name in ("query_embeds", "context") if name in inputs)
+    assert inputs[main].dim() == 3
+    assert check_eager(model_type)["status"] == "ok"

@@ -216,7 +216,7 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
     )
     if main == "hidden_states" and "grid_thw" in parameters:  # a Qwen-style vision tower on its own
         inputs.update(patch_inputs(model, config, "hidden_states", "grid_thw", shape, generator))
-    elif main in ("hidden_states", "inputs_embeds"):  # a stack that takes embeddings (or stacked audio features)
+    elif main in EMBEDDING_INPUTS:  # a stack that takes embeddings (or stacked audio features)
         width = first_int(config, ("input_dim", "hidden_size", "d_model", "embed_dim"), 64)
         inputs[main] = torch.randn((shape.batch, shape.text_length, width), generator=generator)
     elif main == "mel_spectrogram":  # a vocoder over (batch, mel bins, frames)
@@ -255,12 +255,23 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         # the decoder of an encoder-decoder built on its own cross-attends to encoder states
         width = first_int(config, ("hidden_size", "d_model"), 64)
         inputs["encoder_hidden_states"] = torch.randn((shape.batch, shape.text_length, width), generator=generator)
+    elif "encoder_hidden_states" in parameters and main == "query_embeds":
+        # a Q-Former on its own: its queries cross-attend to image features of the encoder's width
+        width = first_int(config, ("encoder_hidden_size", "hidden_size"), 64)
+        inputs["encoder_hidden_states"] = torch.randn((shape.batch, shape.text_length, width), generator=generator)
+    if main in EMBEDDING_INPUTS and "attention_mask" in required_parameters(model):
+        inputs["attention_mask"] = torch.ones(inputs[main].shape[:2], dtype=torch.long)
     if "decoder_input_ids" in parameters and getattr(config, "is_encoder_decoder", False):
         size = (shape.batch, shape.decoder_length) + code_channels(sub_config(config, "decoder_config"))
         inputs["decoder_input_ids"] = random_tokens(decoder_vocab(config), size, generator)
     if main not in inputs:
         raise ValueError(f"cannot build the main input {main!r} of {type(model).__name__}")
     return inputs
+
+
+# Main inputs that are a sequence of vectors of the model's width, (batch, length, width): a stack's embeddings, a
+# Q-Former's queries, a perceiver resampler's context.
+EMBEDDING_INPUTS = ("hidden_states", "inputs_embeds", "query_embeds", "context")
 
 
 def time_series_inputs(config, parameters: set[str], shape: InputShape, generator: torch.Generator) -> dict:
