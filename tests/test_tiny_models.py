@@ -671,3 +671,19 @@ def test_a_q_former_or_resampler_on_its_own_gets_vectors_to_attend_to(model_type
     main = next(name for name in ("query_embeds", "context") if name in inputs)
     assert inputs[main].dim() == 3
     assert check_eager(model_type)["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    "model_type, channels_first",
+    [
+        ("mimi_decoder", True),
+        ("vibevoice_acoustic_tokenizer_decoder", True),
+        ("vibevoice_acoustic_tokenizer_encoder", False),
+    ],
+)
+def test_codec_halves_get_latents_or_raw_audio(model_type, channels_first):
+    _, cls = model_class(model_type)
+    model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+    tensor = next(iter(dummy_inputs(model).values()))
+    assert tensor.shape[1] == (model.config.hidden_size if channels_first else 1)
+    assert check_eager(model_type)["status"] == "ok"

@@ -216,6 +216,12 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
     )
     if main == "hidden_states" and "grid_thw" in parameters:  # a Qwen-style vision tower on its own
         inputs.update(patch_inputs(model, config, "hidden_states", "grid_thw", shape, generator))
+    elif main == "latents" or codec_part(model, main) == "decoder":  # a codec's decoder: (batch, width, frames)
+        width = first_int(config, ("hidden_size",), 64)
+        inputs[main] = torch.randn((shape.batch, width, shape.text_length), generator=generator)
+    elif codec_part(model, main) == "encoder":  # raw audio under another name: (batch, channels, samples)
+        channels = first_int(config, ("channels", "audio_channels"), 1)
+        inputs[main] = torch.randn((shape.batch, channels, AUDIO_SAMPLES), generator=generator)
     elif main in EMBEDDING_INPUTS:  # a stack that takes embeddings (or stacked audio features)
         width = first_int(config, ("input_dim", "hidden_size", "d_model", "embed_dim"), 64)
         inputs[main] = torch.randn((shape.batch, shape.text_length, width), generator=generator)
@@ -272,6 +278,14 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
 # Main inputs that are a sequence of vectors of the model's width, (batch, length, width): a stack's embeddings, a
 # Q-Former's queries, a perceiver resampler's context.
 EMBEDDING_INPUTS = ("hidden_states", "inputs_embeds", "query_embeds", "context")
+
+
+def codec_part(model: torch.nn.Module, main: str) -> str | None:
+    """ "encoder" or "decoder" for half of an audio codec built on its own: it declares raw audio as its main input
+    (`input_values`) but its forward takes `hidden_states` (VibeVoice's tokenizer halves); None otherwise."""
+    if main != "hidden_states" or model.main_input_name != "input_values":
+        return None
+    return "decoder" if type(model).__name__.endswith(("DecoderModel", "Decoder")) else "encoder"
 
 
 def time_series_inputs(config, parameters: set[str], shape: InputShape, generator: torch.Generator) -> dict:
