@@ -687,3 +687,12 @@ def test_codec_halves_get_latents_or_raw_audio(model_type, channels_first):
     tensor = next(iter(dummy_inputs(model).values()))
     assert tensor.shape[1] == (model.config.hidden_size if channels_first else 1)
     assert check_eager(model_type)["status"] == "ok"
+
+
+def test_pix2struct_gets_numbered_flattened_patches():
+    _, cls = model_class("pix2struct_vision_model")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("pix2struct_vision_model")))
+    patches = dummy_inputs(model)["flattened_patches"]
+    assert patches.shape[-1] == 2 + model.config.patch_embed_hidden_size
+    assert patches[0, -1, :2].tolist() == [4.0, 4.0]  # the last patch: row 4, column 4
+    assert check_eager("pix2struct")["status"] == "ok"

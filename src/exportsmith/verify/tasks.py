@@ -222,6 +222,8 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
     elif codec_part(model, main) == "encoder":  # raw audio under another name: (batch, channels, samples)
         channels = first_int(config, ("channels", "audio_channels"), 1)
         inputs[main] = torch.randn((shape.batch, channels, AUDIO_SAMPLES), generator=generator)
+    elif main == "flattened_patches":  # Pix2Struct: each patch's (row, column) from 1, then its pixels
+        inputs.update(numbered_patches(sub_config(config, "vision_config"), shape, generator))
     elif main in EMBEDDING_INPUTS:  # a stack that takes embeddings (or stacked audio features)
         width = first_int(config, ("input_dim", "hidden_size", "d_model", "embed_dim"), 64)
         inputs[main] = torch.randn((shape.batch, shape.text_length, width), generator=generator)
@@ -278,6 +280,19 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
 # Main inputs that are a sequence of vectors of the model's width, (batch, length, width): a stack's embeddings, a
 # Q-Former's queries, a perceiver resampler's context.
 EMBEDDING_INPUTS = ("hidden_states", "inputs_embeds", "query_embeds", "context")
+
+
+def numbered_patches(vision, shape: InputShape, generator: torch.Generator, side: int = 4) -> dict:
+    """A side x side grid of flattened patches, each prefixed by its row and column (counted from 1), all real."""
+    width = first_int(vision, ("patch_embed_hidden_size",), 64)
+    rows = torch.arange(1, side + 1).repeat_interleave(side).float()
+    columns = torch.arange(1, side + 1).repeat(side).float()
+    positions = torch.stack([rows, columns], -1).expand(shape.batch, -1, -1)
+    pixels = torch.randn((shape.batch, side * side, width), generator=generator)
+    return {
+        "flattened_patches": torch.cat([positions, pixels], -1),
+        "attention_mask": torch.ones((shape.batch, side * side), dtype=torch.long),
+    }
 
 
 def codec_part(model: torch.nn.Module, main: str) -> str | None:
