@@ -696,3 +696,19 @@ def test_pix2struct_gets_numbered_flattened_patches():
     assert patches.shape[-1] == 2 + model.config.patch_embed_hidden_size
     assert patches[0, -1, :2].tolist() == [4.0, 4.0]  # the last patch: row 4, column 4
     assert check_eager("pix2struct")["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    "model_type, main",
+    [
+        ("bridgetower_vision_model", "image"),
+        ("decision_transformer", "states"),
+        ("gemma3n_audio", "audio_mel"),
+        ("lxmert", "visual_feats"),
+    ],
+)
+def test_inputs_named_otherwise_are_built(model_type, main):
+    _, cls = model_class(model_type)
+    model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+    assert dummy_inputs(model)[main].is_floating_point()
+    assert check_eager(model_type)["status"] == "ok"

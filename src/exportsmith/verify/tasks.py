@@ -222,6 +222,15 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
     elif codec_part(model, main) == "encoder":  # raw audio under another name: (batch, channels, samples)
         channels = first_int(config, ("channels", "audio_channels"), 1)
         inputs[main] = torch.randn((shape.batch, channels, AUDIO_SAMPLES), generator=generator)
+    elif main == "image":  # BridgeTower's vision tower names its pixels `image`
+        channels, height, width = image_size(config)
+        inputs[main] = torch.randn((shape.batch, channels, height, width), generator=generator)
+    elif main == "states":  # Decision Transformer: a trajectory of states, actions, returns to go, rewards
+        inputs.update(trajectory_inputs(config, shape, generator))
+    elif main == "audio_mel":  # Gemma 3n's audio encoder: (batch, frames, mel bins) and which frames are padding
+        bins = first_int(config, ("input_feat_size",), 128)
+        inputs[main] = torch.randn((shape.batch, AUDIO_FRAMES, bins), generator=generator)
+        inputs["audio_mel_mask"] = torch.zeros((shape.batch, AUDIO_FRAMES), dtype=torch.bool)
     elif main == "flattened_patches":  # Pix2Struct: each patch's (row, column) from 1, then its pixels
         inputs.update(numbered_patches(sub_config(config, "vision_config"), shape, generator))
     elif main in EMBEDDING_INPUTS:  # a stack that takes embeddings (or stacked audio features)
@@ -269,6 +278,11 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         inputs["encoder_hidden_states"] = torch.randn((shape.batch, shape.text_length, width), generator=generator)
     if main in EMBEDDING_INPUTS and "attention_mask" in required_parameters(model):
         inputs["attention_mask"] = torch.ones(inputs[main].shape[:2], dtype=torch.long)
+    if "visual_feats" in parameters:  # LXMERT: detected regions' features and boxes (x0, y0, x1, y1 in 0..1)
+        boxes = 4
+        inputs["visual_feats"] = torch.randn((shape.batch, boxes, config.visual_feat_dim), generator=generator)
+        corners = torch.rand((shape.batch, boxes, 2, 2), generator=generator).sort(dim=-2).values
+        inputs["visual_pos"] = corners.flatten(-2)[..., : config.visual_pos_dim]
     if "decoder_input_ids" in parameters and getattr(config, "is_encoder_decoder", False):
         size = (shape.batch, shape.decoder_length) + code_channels(sub_config(config, "decoder_config"))
         inputs["decoder_input_ids"] = random_tokens(decoder_vocab(config), size, generator)
@@ -280,6 +294,18 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
 # Main inputs that are a sequence of vectors of the model's width, (batch, length, width): a stack's embeddings, a
 # Q-Former's queries, a perceiver resampler's context.
 EMBEDDING_INPUTS = ("hidden_states", "inputs_embeds", "query_embeds", "context")
+
+
+def trajectory_inputs(config, shape: InputShape, generator: torch.Generator) -> dict:
+    size = (shape.batch, shape.text_length)
+    return {
+        "states": torch.randn((*size, config.state_dim), generator=generator),
+        "actions": torch.randn((*size, config.act_dim), generator=generator),
+        "rewards": torch.randn((*size, 1), generator=generator),
+        "returns_to_go": torch.randn((*size, 1), generator=generator),
+        "timesteps": torch.arange(shape.text_length).expand(size),
+        "attention_mask": torch.ones(size, dtype=torch.long),
+    }
 
 
 def numbered_patches(vision, shape: InputShape, generator: torch.Generator, side: int = 4) -> dict:
