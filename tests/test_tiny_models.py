@@ -712,3 +712,11 @@ def test_inputs_named_otherwise_are_built(model_type, main):
     model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
     assert dummy_inputs(model)[main].is_floating_point()
     assert check_eager(model_type)["status"] == "ok"
+
+
+@pytest.mark.parametrize("model_type, name", [("oneformer", "task_inputs"), ("deepseek_ocr2_encoder", "num_patches")])
+def test_required_side_inputs_are_built(model_type, name):
+    _, cls = model_class(model_type)
+    model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+    assert name in dummy_inputs(model)
+    assert check_eager(model_type)["status"] == "ok"

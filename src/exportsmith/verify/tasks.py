@@ -276,6 +276,12 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         # a Q-Former on its own: its queries cross-attend to image features of the encoder's width
         width = first_int(config, ("encoder_hidden_size", "hidden_size"), 64)
         inputs["encoder_hidden_states"] = torch.randn((shape.batch, shape.text_length, width), generator=generator)
+    if "task_inputs" in required_parameters(model):  # OneFormer: the tokenized task prompt, padded to its length
+        length = first_int(config, ("task_seq_len",), shape.text_length)
+        vocab_size = first_int(config, ("text_encoder_vocab_size",), 128)
+        inputs["task_inputs"] = random_tokens(vocab_size, (shape.batch, length), generator)
+    if main == "inputs_embeds" and "num_patches" in required_parameters(model):
+        inputs["num_patches"] = shape.text_length // 2  # DeepSeek-OCR 2: image tokens first, then the queries
     if main in EMBEDDING_INPUTS and "attention_mask" in required_parameters(model):
         inputs["attention_mask"] = torch.ones(inputs[main].shape[:2], dtype=torch.long)
     if "visual_feats" in parameters:  # LXMERT: detected regions' features and boxes (x0, y0, x1, y1 in 0..1)
