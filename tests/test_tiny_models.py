@@ -720,3 +720,12 @@ def test_required_side_inputs_are_built(model_type, name):
     model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
     assert name in dummy_inputs(model)
     assert check_eager(model_type)["status"] == "ok"
+
+
+def test_seggpt_gets_an_image_and_a_prompt_each_half_its_canvas():
+    _, cls = model_class("seggpt")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("seggpt")))
+    inputs = dummy_inputs(model)
+    height, width = model.config.image_size
+    assert inputs["prompt_masks"].shape[-2:] == inputs["pixel_values"].shape[-2:] == (height // 2, width)
+    assert check_eager("seggpt")["status"] == "ok"

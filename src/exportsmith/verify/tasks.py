@@ -464,6 +464,12 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
     flat = FLAT_PATCH_INPUTS & parameters or config.model_type in FLAT_PATCH_TOWERS
     if patch and flat and embeds_flat_patches(model, channels * patch * patch):
         return flat_patch_inputs(parameters, batch, channels, patch, height // patch, width // patch, generator)
+    if "prompt_masks" in parameters:  # SegGPT: image and prompt (with its mask), each half the canvas they make up
+        canvas = (batch, channels, height // 2, width)
+        return {
+            name: torch.randn(canvas, generator=generator)
+            for name in ("pixel_values", "prompt_pixel_values", "prompt_masks")
+        }
     if "aspect_ratio_ids" in parameters:  # Mllama: one image per sample, padded to its tiles
         tiles = first_int(vision, ("max_num_tiles",), 1)
         mask = torch.zeros((batch, 1, tiles), dtype=torch.long)
