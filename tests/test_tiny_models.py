@@ -729,3 +729,11 @@ def test_seggpt_gets_an_image_and_a_prompt_each_half_its_canvas():
     height, width = model.config.image_size
     assert inputs["prompt_masks"].shape[-2:] == inputs["pixel_values"].shape[-2:] == (height // 2, width)
     assert check_eager("seggpt")["status"] == "ok"
+
+
+def test_token_ids_of_a_vocabulary_of_a_few_markers_stay_in_it():
+    # PP-DocLayout V2's reading-order model has 4 tokens (start, pad, end, pred): remapped ids would leave it
+    reading_order = tiny_config("pp_doclayout_v2").reading_order_config
+    ids = [reading_order.start_token_id, reading_order.pad_token_id, reading_order.end_token_id]
+    assert max(ids + [reading_order.pred_token_id]) < reading_order.vocab_size
+    assert check_eager("pp_doclayout_v2")["status"] == "ok"

@@ -373,6 +373,9 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "gemma4_vision": {"pooling_kernel_size": 2},
     # SuperGlue matches SuperPoint's descriptors at its own width.
     "superglue": {"keypoint_detector_config.descriptor_decoder_dim": HIDDEN_SIZE},
+    # PP-DocLayout V2 keeps a score threshold and a reading order per class, set by its checkpoints (None by
+    # default): one each for its two default labels.
+    "pp_doclayout_v2": {"class_thresholds": [0.5, 0.5], "class_order": [0, 1]},
     # CLVP's encoders rotate at least 32 dims of each head: heads of 32.
     "clvp_encoder": {"num_attention_heads": HIDDEN_SIZE // 32},
     "clvp": {
@@ -440,6 +443,7 @@ def shrink_config_fields(config_class: type, values: dict, token_ids: "TokenIds"
     listed = values
     values = {name: value for name, value in values.items() if name in fields or name not in derived}
     old_layers = layer_count(values)
+    small_vocab = isinstance(values.get("vocab_size"), int) and values["vocab_size"] <= SPECIAL_IDS
     # widths also listed per block in `block_configs` (nested lists no rule rewrites) must stay as they are
     width_scale = None if "block_configs" in values else shared_width_scale(values)
     shrunk = {}
@@ -449,8 +453,10 @@ def shrink_config_fields(config_class: type, values: dict, token_ids: "TokenIds"
                 value = resnet_backbone(value)
             sub_class = sub_config_class(config_class, name, value)
             shrunk[name] = {**shrink_config_fields(sub_class, value, token_ids), "model_type": sub_class.model_type}
-        elif TOKEN_ID.fullmatch(name):
+        elif TOKEN_ID.fullmatch(name) and not small_vocab:
             shrunk[name] = token_ids.map(name, value)
+        elif TOKEN_ID.fullmatch(name):
+            shrunk[name] = value  # ids of a vocabulary smaller than the special ids (a few markers) stay in it
         else:
             shrunk[name] = shrink_value(name, value, old_layers, width_scale)
     derived_sizes(config_class, values, shrunk)
