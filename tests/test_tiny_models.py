@@ -737,3 +737,10 @@ def test_token_ids_of_a_vocabulary_of_a_few_markers_stay_in_it():
     ids = [reading_order.start_token_id, reading_order.pad_token_id, reading_order.end_token_id]
     assert max(ids + [reading_order.pred_token_id]) < reading_order.vocab_size
     assert check_eager("pp_doclayout_v2")["status"] == "ok"
+
+
+def test_text_tokens_come_from_a_wrapped_model_s_vocabulary():
+    _, cls = model_class("fastspeech2_conformer_with_hifigan")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("fastspeech2_conformer_with_hifigan")))
+    assert dummy_inputs(model)["input_ids"].max() < model.config.model_config.vocab_size
+    assert check_eager("fastspeech2_conformer_with_hifigan")["status"] == "ok"

@@ -386,7 +386,7 @@ def first_int(config, names, default):
 
 
 def vocab(config) -> int:
-    text = sub_config(config, "text_config", "decoder", "language_config", "llm_config")
+    text = sub_config(config, "text_config", "decoder", "language_config", "llm_config", "model_config")
     return first_int(text, ("vocab_size",), None) or first_int(config, ("vocab_size",), 128)
 
 
