@@ -702,6 +702,7 @@ def test_pix2struct_gets_numbered_flattened_patches():
     "model_type, main",
     [
         ("bridgetower_vision_model", "image"),
+        ("florence_vision", "hidden_states"),
         ("decision_transformer", "states"),
         ("gemma3n_audio", "audio_mel"),
         ("lxmert", "visual_feats"),

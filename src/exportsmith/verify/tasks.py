@@ -222,7 +222,8 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
     elif codec_part(model, main) == "encoder":  # raw audio under another name: (batch, channels, samples)
         channels = first_int(config, ("channels", "audio_channels"), 1)
         inputs[main] = torch.randn((shape.batch, channels, AUDIO_SAMPLES), generator=generator)
-    elif main == "image":  # BridgeTower's vision tower names its pixels `image`
+    elif main == "image" or (main == "hidden_states" and model.main_input_name == "pixel_values"):
+        # pixels under another name: BridgeTower's vision tower's `image`, Florence 2's backbone's `hidden_states`
         channels, height, width = image_size(config)
         inputs[main] = torch.randn((shape.batch, channels, height, width), generator=generator)
     elif main == "states":  # Decision Transformer: a trajectory of states, actions, returns to go, rewards
