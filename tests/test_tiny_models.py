@@ -577,7 +577,9 @@ def test_a_grid_of_images_only_has_height_and_width():
     assert check_eager("nemotron_h_omni")["status"] == "ok"
 
 
-@pytest.mark.parametrize("model_type", ["llama4_vision_model", "aria", "molmo2_vision", "efficientloftr", "superglue"])
+@pytest.mark.parametrize(
+    "model_type", ["llama4_vision_model", "aria", "molmo2_vision", "efficientloftr", "superglue", "janus_vqgan"]
+)
 def test_vision_towers_sized_for_the_tiny_patch_grid(model_type):
     assert tiny.MODEL_OVERRIDES[model_type]
     assert check_eager(model_type)["status"] == "ok"
