@@ -38,6 +38,7 @@ from exportsmith.verify.tasks import (
     config_for,
     containing_model_type,
     dummy_inputs,
+    has_forward,
     model_class,
     takes_audio,
 )
@@ -111,14 +112,21 @@ def check_eager(model_type: str) -> dict:
         record["model_class"] = cls.__name__
         model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
         record["params"] = parameter_count(model)
+        if not has_forward(model):
+            reason = (
+                f"{cls.__name__} defines no forward: it is used only through other methods (generate, encode, decode)"
+            )
+            return {**record, "status": "refused", "reason": reason}
         stage = "eager-error"
         run_eager(model)
     except TooLarge as error:
         return {**record, "status": "refused", "reason": str(error)}
     except Exception as error:
-        missing = MISSING_PACKAGE.search(str(error)) if isinstance(error, ImportError) else None
+        # every package the error names (PIL and timm, say), in order: which one comes first depends on the machine
+        missing = list(dict.fromkeys(MISSING_PACKAGE.findall(str(error)))) if isinstance(error, ImportError) else []
         if missing:
-            return {**record, "status": "refused", "reason": f"needs the optional package {missing.group(1)}"}
+            packages = "package " + missing[0] if len(missing) == 1 else "packages " + ", ".join(missing)
+            return {**record, "status": "refused", "reason": f"needs the optional {packages}"}
         return {**record, "status": "oom" if is_out_of_memory(error) else stage, "reason": first_line(error)}
     return {**record, "status": "ok", "reason": ""}
 
