@@ -791,6 +791,12 @@ class _Candidates(_Statements, cst.CSTVisitor):
         return not self.found
 
 
+def _has_candidates(stmt: cst.CSTNode) -> bool:
+    candidates = _Candidates()
+    stmt.visit(candidates)
+    return candidates.found
+
+
 class _Rewriter(_Statements, cst.CSTTransformer):
     def __init__(self, codemod: "CondBranches", positions, first_line: int, torch_imported: bool, indent: int):
         self.codemod = codemod
@@ -1174,14 +1180,20 @@ class CondBranches(Codemod):
         module = self.context.full_module_name
         if module is not None and module.startswith("transformers.") and not module.startswith("transformers.models."):
             return tree  # a shared module's classes must stay transformers' own (see the module docstring)
+        with_candidates = {index for index, stmt in enumerate(tree.body) if _has_candidates(stmt)}
+        if not with_candidates:
+            return tree
         body, changed, line = [], False, 1 + len(tree.header)
         torch_imported, indent = _imports_torch(tree), len(tree.default_indent.expandtabs(4))
-        for stmt in tree.body:
+        last = max(with_candidates)
+        for index, stmt in enumerate(tree.body):
+            if index > last:
+                body.append(stmt)
+                continue
+            # Line numbers for the findings; printing a statement is the cost, so none after the last candidate
             first_line = line
             line += tree.code_for_node(stmt).count("\n")
-            candidates = _Candidates()
-            stmt.visit(candidates)
-            if not candidates.found:
+            if index not in with_candidates:
                 body.append(stmt)
                 continue
             # Positions cost several times a plain code generation: resolve them for this statement only

@@ -311,6 +311,10 @@ class VmapMasks(Codemod):
         return "vmap" in source or "kv_idx" in source
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        functions = _functions(tree)
+        loops = _vmap_loops(functions)
+        if not loops and all(_mask_parameters(function.params) is None for function in functions):
+            return tree  # nothing to analyse: skip the scope analysis, the largest cost of this codemod
         wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
         positions = wrapper.resolve(PositionProvider)
         resolved = wrapper.resolve(QualifiedNameProvider)
@@ -328,7 +332,6 @@ class VmapMasks(Codemod):
             )
             for stmt in tree.body
         )
-        functions = [*m.findall(tree, m.FunctionDef()), *m.findall(tree, m.Lambda())]
         unanalysed = frozenset(
             {f.name.value for f in functions if isinstance(f, cst.FunctionDef) and _mask_parameters(f.params) is None}
             | _imported_names(tree)
@@ -364,7 +367,7 @@ class VmapMasks(Codemod):
                         indexed_of[arg.value] = check._is_indexed(arg.value)
                 self.report(line(node), "rewritten", _code(node), what)
 
-        helpers = self._helpers(tree, qualified, line, refused_lines)
+        helpers = self._helpers(loops, qualified, line, refused_lines)
         if not chosen and not helpers:
             return tree
         tree = tree.visit(_ApplyMaskRewrites(chosen, indexed_of)) if chosen else tree
@@ -372,60 +375,51 @@ class VmapMasks(Codemod):
             tree = self._rewrite_helpers(tree, helpers, qualified)
         return tree
 
-    def _helpers(self, tree, qualified, line, refused_lines) -> list[_VmapHelper]:
-        loop_matcher = m.For(
-            target=m.Name(),
-            iter=m.Name(),
-            body=m.IndentedBlock(body=[m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(m.Name())])])]),
-        )
+    def _helpers(self, loops, qualified, line, refused_lines) -> list[_VmapHelper]:
         helpers = []
-        for function in m.findall(tree, m.FunctionDef()):
-            stmts = list(function.body.body)
-            for loop, after in zip(stmts, stmts[1:]):
-                if not m.matches(loop, loop_matcher):
-                    continue
-                assign = loop.body.body[0].body[0]
-                call = assign.value
-                if not isinstance(call, cst.Call) or qualified(call.func) != {"torch.vmap"}:
-                    continue
-                target = assign.targets[0].target.value
-                dims = loop.target.value
-                args = {arg.keyword.value if arg.keyword else index: arg.value for index, arg in enumerate(call.args)}
-                construct = f"def {function.name.value}"
-                shaped = (
-                    len(args) == 3
-                    and m.matches(args.get(0, cst.Ellipsis()), m.Name(target))
-                    and m.matches(args.get("in_dims", args.get(1, cst.Ellipsis())), m.Name(dims))
-                    and m.matches(args.get("out_dims", args.get(2, cst.Ellipsis())), m.Integer("0"))
-                    and m.matches(after, m.SimpleStatementLine(body=[m.Return(m.Name(target))]))
+        for function, loop, after in loops:
+            assign = loop.body.body[0].body[0]
+            call = assign.value
+            if qualified(call.func) != {"torch.vmap"}:
+                continue
+            target = assign.targets[0].target.value
+            dims = loop.target.value
+            args = {arg.keyword.value if arg.keyword else index: arg.value for index, arg in enumerate(call.args)}
+            construct = f"def {function.name.value}"
+            shaped = (
+                len(args) == 3
+                and m.matches(args.get(0, cst.Ellipsis()), m.Name(target))
+                and m.matches(args.get("in_dims", args.get(1, cst.Ellipsis())), m.Name(dims))
+                and m.matches(args.get("out_dims", args.get(2, cst.Ellipsis())), m.Integer("0"))
+                and m.matches(after, m.SimpleStatementLine(body=[m.Return(m.Name(target))]))
+            )
+            if not shaped:
+                self.report(
+                    line(loop),
+                    "refused",
+                    construct,
+                    "a torch.vmap loop of another shape than f = torch.vmap(f, in_dims=dims, out_dims=0); return f",
                 )
-                if not shaped:
-                    self.report(
-                        line(loop),
-                        "refused",
-                        construct,
-                        "a torch.vmap loop of another shape than f = torch.vmap(f, in_dims=dims, out_dims=0); return f",
-                    )
-                elif not _dims_are_literal(function, loop.iter.value):
-                    self.report(
-                        line(loop),
-                        "refused",
-                        construct,
-                        f"`{loop.iter.value}` is not a literal list of one-axis in_dims tuples",
-                    )
-                elif refused_lines:
-                    lines = ", ".join(map(str, refused_lines))
-                    self.report(
-                        line(function),
-                        "refused",
-                        construct,
-                        f"the module's mask functions at lines {lines} are not broadcast-safe",
-                    )
-                else:
-                    self.report(
-                        line(function), "rewritten", construct, "nested torch.vmap -> broadcast index tensors + expand"
-                    )
-                    helpers.append(_VmapHelper(function, loop, target, loop.iter.value))
+            elif not _dims_are_literal(function, loop.iter.value):
+                self.report(
+                    line(loop),
+                    "refused",
+                    construct,
+                    f"`{loop.iter.value}` is not a literal list of one-axis in_dims tuples",
+                )
+            elif refused_lines:
+                lines = ", ".join(map(str, refused_lines))
+                self.report(
+                    line(function),
+                    "refused",
+                    construct,
+                    f"the module's mask functions at lines {lines} are not broadcast-safe",
+                )
+            else:
+                self.report(
+                    line(function), "rewritten", construct, "nested torch.vmap -> broadcast index tensors + expand"
+                )
+                helpers.append(_VmapHelper(function, loop, target, loop.iter.value))
         return helpers
 
     def _rewrite_helpers(self, tree, helpers, qualified) -> cst.Module:
@@ -476,6 +470,42 @@ class VmapMasks(Codemod):
         if unwrapped and "TransformGetItemToIndex" not in _names_outside_imports(tree):
             tree = _drop_import(tree, "TransformGetItemToIndex")
         return tree
+
+
+def _functions(tree: cst.Module) -> list[cst.FunctionDef | cst.Lambda]:
+    """Every `def` and `lambda` of the module, in source order (one plain walk: matchers cost several times more)."""
+    found = []
+
+    class _Collect(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+            found.append(node)
+
+        def visit_Lambda(self, node: cst.Lambda) -> None:
+            found.append(node)
+
+    tree.visit(_Collect())
+    return found
+
+
+_VMAP_LOOP = m.For(
+    target=m.Name(),
+    iter=m.Name(),
+    body=m.IndentedBlock(
+        body=[m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(m.Name())], value=m.Call())])]
+    ),
+)
+
+
+def _vmap_loops(functions: list[cst.FunctionDef | cst.Lambda]) -> list[tuple[cst.FunctionDef, cst.For, cst.CSTNode]]:
+    """(function, loop, next statement) for each `for d in dims: f = <call>(...)` in a function's top-level body:
+    the shape of a nested-vmap helper, before the call is resolved to `torch.vmap`."""
+    loops = []
+    for function in functions:
+        if not isinstance(function, cst.FunctionDef) or not isinstance(function.body, cst.IndentedBlock):
+            continue
+        stmts = list(function.body.body)
+        loops += [(function, loop, after) for loop, after in zip(stmts, stmts[1:]) if m.matches(loop, _VMAP_LOOP)]
+    return loops
 
 
 def _imported_names(tree: cst.Module) -> set[str]:

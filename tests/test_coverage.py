@@ -26,11 +26,12 @@ def test_the_table_counts_each_subject_and_keeps_the_failure_class():
             "b": record("ok"),
         },
         "dynamo-exporter": {"a": record("ok"), "b": record("timeout", "no result within 300 s")},
-        "generated": {"a": record("ok"), "b": record("ok")},
+        "generated": {"a": record("ok"), "b": record("ok"), "d": record("export-error", "E")},
+        "onnx": {"a": record("ok")},
     }
-    data = coverage.table(records, ["a", "b", "c"])
-    assert data["total"] == 3
-    assert data["ok"] == {"original": 1, "dynamo-exporter": 1, "generated": 2}
+    data = coverage.table(records, ["a", "b", "c", "d"])
+    assert data["total"] == 4
+    assert data["ok"] == {"original": 1, "dynamo-exporter": 1, "generated": 2, "onnx": 1}
     rows = {row["model_type"]: row for row in data["models"]}
     assert rows["a"]["original"] == {
         "status": "export-error",
@@ -38,11 +39,17 @@ def test_the_table_counts_each_subject_and_keeps_the_failure_class():
         "location": "transformers/models/a/modeling_a.py:3",
     }
     assert rows["c"]["generated"]["status"] == "not-run" and rows["c"]["model_class"] is None
-    text = coverage.markdown(data, {"original": 7200.0, "dynamo-exporter": 0.0, "generated": 0.0})
-    assert "- **generated**: 2 of 3 architectures export and match eager (66.7%)" in text
+    # ONNX export is built on torch.export: a copy that fails it is not tried; one not yet swept is not-run
+    assert rows["d"]["onnx"]["status"] == "skipped" and rows["b"]["onnx"]["status"] == "not-run"
+    assert rows["c"]["onnx"]["status"] == "not-run"
+    text = coverage.markdown(data, {"original": 7200.0, "dynamo-exporter": 0.0, "generated": 0.0, "onnx": 0.0})
+    assert "- **generated**: 2 of 4 architectures export and match eager (50.0%)" in text
+    assert "- **onnx**: 1 of 4 architectures export to ONNX and match eager in onnxruntime (25.0%)" in text
     assert (
-        "| a | FooModel | **export-error**: ValueError: x `transformers/models/a/modeling_a.py:3` | ok | ok |" in text
+        "| a | FooModel | **export-error**: ValueError: x `transformers/models/a/modeling_a.py:3` | ok | ok | ok |"
+        in text
     )
+    assert "| d | FooModel | not run | not run | **export-error**: E | – |" in text
     assert f"transformers {data['transformers']}, torch {data['torch']}" in text
 
 

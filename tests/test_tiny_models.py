@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import WhisperForConditionalGeneration
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-from transformers.utils.import_utils import is_natten_available, requires_backends
+from transformers.utils.import_utils import is_natten_available, is_timm_available, requires_backends
 
 from exportsmith.verify import isolate, tiny
 from exportsmith.verify.isolate import check_eager, recorded, run_isolated, sweep
@@ -383,3 +383,367 @@ def test_a_decoder_built_on_its_own_gets_encoder_states_to_attend_to():
     states = dummy_inputs(model)["encoder_hidden_states"]
     assert states.shape == (2, 8, model.config.hidden_size)
     assert check_eager("t5gemma2_decoder")["status"] == "ok"
+
+
+def test_per_layer_kv_head_counts_shrink_like_the_kv_head_count():
+    config = tiny_config("sapiens2")
+    assert config.num_key_value_heads_per_layer == [tiny.NUM_KV_HEADS] * NUM_LAYERS
+    assert config.num_attention_heads % tiny.NUM_KV_HEADS == 0
+    assert check_eager("sapiens2")["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    "model_type", ["levit", "vitmatte", "textnet", "zoedepth", "depth_pro", "mobilevitv2", "xmod", "dory"]
+)
+def test_vision_overrides_match_the_real_stride_and_widths(model_type):
+    assert tiny.MODEL_OVERRIDES[model_type]
+    record = check_eager(model_type)
+    assert record["status"] == "ok", record["reason"]
+
+
+def test_a_generic_inputs_parameter_is_given_under_its_specific_name():
+    # Perceiver's masked LM takes token ids as `inputs` or `input_ids`; a speech encoder-decoder its encoder's input
+    for model_type, expected in (("perceiver", "input_ids"), ("speech-encoder-decoder", "input_values")):
+        _, cls = model_class(model_type)
+        model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+        inputs = dummy_inputs(model)
+        assert expected in inputs and "inputs" not in inputs, model_type
+        assert check_eager(model_type)["status"] == "ok"
+
+
+def test_flattened_patches_carry_the_temporal_patch_under_its_other_name():
+    _, cls = model_class("muse_glimmer_vision")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("muse_glimmer_vision")))
+    config = model.config
+    assert dummy_inputs(model)["pixel_values"].shape[-1] == 3 * config.patch_temporal * config.patch_size**2
+    assert check_eager("muse_glimmer_vision")["status"] == "ok"
+
+
+def test_a_keypoint_matcher_s_base_model_gets_image_pairs():
+    _, cls = model_class("efficientloftr")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("efficientloftr")))
+    assert dummy_inputs(model)["pixel_values"].shape[1] == 2
+
+
+def test_raw_audio_cut_into_tokens_is_whole_tokens_and_gets_its_placeholders():
+    _, cls = model_class("muse_spark")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("muse_spark")))
+    inputs = dummy_inputs(model)
+    per_token = model.config.audio_config.samples_per_token
+    assert inputs["input_values"].shape[-1] % per_token == 0
+    assert (inputs["input_ids"] == model.config.audio_token_id).any()
+    assert check_eager("muse_spark")["status"] == "ok"
+
+
+def test_a_model_without_a_forward_is_refused_with_the_reason():
+    record = check_eager("chameleon_vqgan")
+    assert record["status"] == "refused" and "defines no forward" in record["reason"], record
+
+
+def test_multi_latent_query_heads_are_their_position_free_and_rotary_parts():
+    config = tiny_config("longcat_flash")
+    assert config.qk_head_dim == config.qk_nope_head_dim + config.qk_rope_head_dim
+    assert check_eager("longcat_flash")["status"] == "ok"
+
+
+def test_an_encoder_of_stacked_frames_gets_bins_times_frames_per_frame():
+    _, cls = model_class("fun_asr_nano_encoder")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("fun_asr_nano_encoder")))
+    features = dummy_inputs(model)["input_features"]
+    assert model.config.num_mel_bins * model.config.num_stacked_frames in features.shape[1:]
+    assert check_eager("fun_asr_nano_encoder")["status"] == "ok"
+
+
+def test_patches_merged_per_image_come_with_their_grid_and_reach_a_wrapper_s_feature_method():
+    # VideoLLaMA 3 takes the processor's merge size per image; its wrapper's get_image_features passes **kwargs on
+    _, cls = model_class("video_llama_3")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("video_llama_3")))
+    inputs = dummy_inputs(model)
+    assert inputs["image_merge_sizes"].shape == (inputs["image_grid_thw"].shape[0],)
+    assert (inputs["input_ids"] == model.config.image_token_id).any()
+    assert check_eager("video_llama_3")["status"] == "ok"
+
+
+def test_patches_a_tower_convolves_as_images_come_unflattened():
+    _, cls = model_class("kimi_k25_vision")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("kimi_k25_vision")))
+    patch = model.config.patch_size
+    assert dummy_inputs(model)["pixel_values"].shape[1:] == (3, patch, patch)
+    assert check_eager("kimi_k25_vision")["status"] == "ok"
+
+
+def test_an_audio_tower_of_packed_frames_gets_them_with_their_counts():
+    _, cls = model_class("qwen2_5_omni_audio_encoder")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("qwen2_5_omni_audio_encoder")))
+    inputs = dummy_inputs(model)
+    assert inputs["input_features"].shape == (model.config.num_mel_bins, int(inputs["feature_lens"].sum()))
+    assert check_eager("qwen2_5_omni_audio_encoder")["status"] == "ok"
+
+
+@pytest.mark.parametrize("model_type", ["ernie4_5_vl_moe_text", "qwen3_asr"])
+def test_multimodal_overrides_match_the_modeling_code(model_type):
+    assert tiny.MODEL_OVERRIDES[model_type]
+    record = check_eager(model_type)
+    assert record["status"] == "ok", record["reason"]
+
+
+def test_audio_features_that_need_the_padding_mask_get_one_over_the_samples():
+    _, cls = model_class("vibevoice")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("vibevoice")))
+    inputs = dummy_inputs(model, audio_layout=1)  # (batch, 1, samples): the layout it runs at
+    assert inputs["padding_mask"].shape == inputs["input_values"].shape[:1] + inputs["input_values"].shape[-1:]
+    assert check_eager("vibevoice")["status"] == "ok"
+
+
+def test_idefics_gets_a_list_of_one_image_per_sample_that_every_token_sees():
+    _, cls = model_class("idefics")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("idefics")))
+    inputs = dummy_inputs(model)
+    assert inputs["pixel_values"].dim() == 5 and inputs["pixel_values"].shape[1] == 1
+    assert inputs["image_attention_mask"].shape == (*inputs["input_ids"].shape, 1)
+    assert check_eager("idefics")["status"] == "ok"
+
+
+def test_a_spectrogram_seen_as_an_image_gets_a_channel_axis():
+    _, cls = model_class("clap_audio_model")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("clap_audio_model")))
+    features = dummy_inputs(model)["input_features"]
+    assert features.shape[1] == model.config.patch_embed_input_channels and features.shape[-1] == 64
+    assert check_eager("clap")["status"] == "ok"
+
+
+def test_a_text_line_recognizer_gets_a_line_image_its_pooling_fits():
+    _, cls = model_class("pp_ocrv5_mobile_rec")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("pp_ocrv5_mobile_rec")))
+    assert dummy_inputs(model)["pixel_values"].shape[-2:] == (96, 64)
+    assert check_eager("pp_ocrv5_mobile_rec")["status"] == "ok"
+
+
+def test_an_audio_mask_the_features_do_not_count_with_is_left_out():
+    # Granite Speech's input_features_mask selects projected audio tokens, not frames
+    _, cls = model_class("granite_speech")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("granite_speech")))
+    assert "input_features_mask" not in dummy_inputs(model)
+    assert check_eager("granite_speech")["status"] == "ok"
+
+
+def test_audio_feature_widths_come_from_the_asr_tower_and_the_feature_extractor():
+    # Nemotron's transcriber keeps its mel bins in asr_config; Granite Speech 5 gets deltas of stacked frame pairs
+    for model_type, per_bin in (("nemotron3_5_transcribe_audio", 1), ("granite_speech5_encoder", 4)):
+        _, cls = model_class(model_type)
+        model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+        config = getattr(model.config, "asr_config", model.config)
+        features = dummy_inputs(model)["input_features"]
+        assert config.num_mel_bins * per_bin in features.shape[1:], model_type
+        assert check_eager(model_type)["status"] == "ok"
+
+
+def test_a_single_config_that_sizes_images_gets_them():
+    _, cls = model_class("vilt")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("vilt")))
+    assert dummy_inputs(model)["pixel_values"].shape[-1] == model.config.image_size
+    assert check_eager("vilt")["status"] == "ok"
+
+
+def test_kosmos_2_marks_where_the_image_queries_go():
+    _, cls = model_class("kosmos-2")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("kosmos-2")))
+    inputs = dummy_inputs(model)
+    assert inputs["image_embeds_position_mask"].shape == inputs["input_ids"].shape
+    assert inputs["image_embeds_position_mask"].sum(1).tolist() == [model.config.latent_query_num] * 2
+    assert check_eager("kosmos-2")["status"] == "ok"
+
+
+def test_udop_boxes_are_fractions_of_the_page():
+    _, cls = model_class("udop")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("udop")))
+    boxes = dummy_inputs(model)["bbox"]
+    assert boxes.is_floating_point() and 0 <= boxes.min() and boxes.max() <= 1
+    assert check_eager("udop")["status"] == "ok"
+
+
+@pytest.mark.parametrize("model_type", ["xlstm", "granite_speech5_encoder"])
+def test_overrides_for_modeling_code_that_ignores_a_size(model_type):
+    assert tiny.MODEL_OVERRIDES[model_type]
+    assert check_eager(model_type)["status"] == "ok"
+
+
+def test_a_grid_of_images_only_has_height_and_width():
+    _, cls = model_class("nemotron_h_omni")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("nemotron_h_omni")))
+    inputs = dummy_inputs(model)
+    assert inputs["image_grid_hw"].shape == (2, 2)
+    assert inputs["pixel_values"].shape[0] == int(inputs["image_grid_hw"].prod(-1).sum())
+    assert check_eager("nemotron_h_omni")["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    "model_type", ["llama4_vision_model", "aria", "molmo2_vision", "efficientloftr", "superglue", "janus_vqgan"]
+)
+def test_vision_towers_sized_for_the_tiny_patch_grid(model_type):
+    assert tiny.MODEL_OVERRIDES[model_type]
+    assert check_eager(model_type)["status"] == "ok"
+
+
+def test_a_refusal_names_every_missing_optional_package(monkeypatch):
+    def needs_natten_and_timm(model_class, config):
+        requires_backends(model_class, ["natten", "timm"])
+
+    if is_natten_available() or is_timm_available():
+        pytest.skip("natten or timm is installed")
+    monkeypatch.setattr(isolate, "build_tiny_model", needs_natten_and_timm)
+    record = check_eager("llama")
+    assert record["status"] == "refused" and record["reason"] == "needs the optional packages natten, timm", record
+
+
+def test_an_audio_code_decoder_with_code_channels_gets_them_on_a_trailing_axis():
+    _, cls = model_class("dia")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("dia")))
+    decoder_ids = dummy_inputs(model)["decoder_input_ids"]
+    assert decoder_ids.shape == (2, 4, model.config.decoder_config.num_channels)
+    assert check_eager("dia")["status"] == "ok" and check_eager("dia_decoder")["status"] == "ok"
+
+
+def test_a_video_tower_of_frames_in_the_batch_gets_whole_clips():
+    _, cls = model_class("xclip_vision_model")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("xclip_vision_model")))
+    assert dummy_inputs(model)["pixel_values"].shape[0] == 2 * model.config.num_frames
+    assert check_eager("xclip_vision_model")["status"] == "ok"
+
+
+def test_flat_patches_with_position_ids_get_each_patch_s_grid_position():
+    _, cls = model_class("gemma4_vision")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("gemma4_vision")))
+    inputs = dummy_inputs(model)
+    patches = inputs["pixel_values"].shape[1]
+    assert inputs["pixel_position_ids"].shape == (2, patches, 2)
+    assert inputs["pixel_position_ids"][0, -1].tolist() == [7, 7]  # the last patch of the 8 x 8 grid
+    assert check_eager("gemma4_vision")["status"] == "ok"
+
+
+def test_minicpm_v_gets_every_image_s_patches_in_one_strip_with_their_grids():
+    _, cls = model_class("minicpmv4_6_vision")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("minicpmv4_6_vision")))
+    inputs = dummy_inputs(model)
+    patch = model.config.patch_size
+    assert inputs["pixel_values"].shape == (1, 3, patch, int(inputs["target_sizes"].prod(-1).sum()) * patch)
+    assert check_eager("minicpmv4_6_vision")["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    "model_type, leading", [("paddleocr_vl", (128,)), ("paddleocr_vl_vision", (1, 128)), ("kimi_k25", (128,))]
+)
+def test_patches_as_images_come_in_the_tower_s_layout(model_type, leading):
+    _, cls = model_class(model_type)
+    model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+    assert dummy_inputs(model)["pixel_values"].shape == (*leading, 3, 4, 4)
+    assert check_eager(model_type)["status"] == "ok"
+
+
+def test_mllama_s_tower_gets_an_image_padded_to_its_tiles():
+    _, cls = model_class("mllama_vision_model")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("mllama_vision_model")))
+    inputs = dummy_inputs(model)
+    tiles = model.config.max_num_tiles
+    assert inputs["pixel_values"].shape[:3] == (2, 1, tiles)
+    assert inputs["aspect_ratio_mask"].sum().item() == 2  # one real tile per image
+    assert check_eager("mllama_vision_model")["status"] == "ok"
+
+
+def test_kyutai_gets_its_text_token_and_audio_codes_on_a_trailing_axis():
+    _, cls = model_class("kyutai_speech_to_text")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("kyutai_speech_to_text")))
+    assert dummy_inputs(model)["input_ids"].shape == (2, 8, model.config.num_codebooks + 1)
+    assert check_eager("kyutai_speech_to_text")["status"] == "ok"
+
+
+def test_clvp_gets_the_features_its_decoder_conditions_on():
+    _, cls = model_class("clvp")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("clvp")))
+    features = dummy_inputs(model, audio_layout=1)["input_features"]
+    assert features.shape[1] == model.config.decoder_config.feature_size
+    assert check_eager("clvp")["status"] == "ok" and check_eager("clvp_encoder")["status"] == "ok"
+
+
+@pytest.mark.parametrize("model_type", ["blip_2_qformer", "idefics2_perceiver"])
+def test_a_q_former_or_resampler_on_its_own_gets_vectors_to_attend_to(model_type):
+    _, cls = model_class(model_type)
+    model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+    inputs = dummy_inputs(model)
+    main = next(name for name in ("query_embeds", "context") if name in inputs)
+    assert inputs[main].dim() == 3
+    assert check_eager(model_type)["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    "model_type, channels_first",
+    [
+        ("mimi_decoder", True),
+        ("vibevoice_acoustic_tokenizer_decoder", True),
+        ("vibevoice_acoustic_tokenizer_encoder", False),
+    ],
+)
+def test_codec_halves_get_latents_or_raw_audio(model_type, channels_first):
+    _, cls = model_class(model_type)
+    model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+    tensor = next(iter(dummy_inputs(model).values()))
+    assert tensor.shape[1] == (model.config.hidden_size if channels_first else 1)
+    assert check_eager(model_type)["status"] == "ok"
+
+
+def test_pix2struct_gets_numbered_flattened_patches():
+    _, cls = model_class("pix2struct_vision_model")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("pix2struct_vision_model")))
+    patches = dummy_inputs(model)["flattened_patches"]
+    assert patches.shape[-1] == 2 + model.config.patch_embed_hidden_size
+    assert patches[0, -1, :2].tolist() == [4.0, 4.0]  # the last patch: row 4, column 4
+    assert check_eager("pix2struct")["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    "model_type, main",
+    [
+        ("bridgetower_vision_model", "image"),
+        ("florence_vision", "hidden_states"),
+        ("decision_transformer", "states"),
+        ("gemma3n_audio", "audio_mel"),
+        ("lxmert", "visual_feats"),
+    ],
+)
+def test_inputs_named_otherwise_are_built(model_type, main):
+    _, cls = model_class(model_type)
+    model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+    assert dummy_inputs(model)[main].is_floating_point()
+    assert check_eager(model_type)["status"] == "ok"
+
+
+@pytest.mark.parametrize("model_type, name", [("oneformer", "task_inputs"), ("deepseek_ocr2_encoder", "num_patches")])
+def test_required_side_inputs_are_built(model_type, name):
+    _, cls = model_class(model_type)
+    model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+    assert name in dummy_inputs(model)
+    assert check_eager(model_type)["status"] == "ok"
+
+
+def test_seggpt_gets_an_image_and_a_prompt_each_half_its_canvas():
+    _, cls = model_class("seggpt")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("seggpt")))
+    inputs = dummy_inputs(model)
+    height, width = model.config.image_size
+    assert inputs["prompt_masks"].shape[-2:] == inputs["pixel_values"].shape[-2:] == (height // 2, width)
+    assert check_eager("seggpt")["status"] == "ok"
+
+
+def test_token_ids_of_a_vocabulary_of_a_few_markers_stay_in_it():
+    # PP-DocLayout V2's reading-order model has 4 tokens (start, pad, end, pred): remapped ids would leave it
+    reading_order = tiny_config("pp_doclayout_v2").reading_order_config
+    ids = [reading_order.start_token_id, reading_order.pad_token_id, reading_order.end_token_id]
+    assert max(ids + [reading_order.pred_token_id]) < reading_order.vocab_size
+    assert check_eager("pp_doclayout_v2")["status"] == "ok"
+
+
+def test_text_tokens_come_from_a_wrapped_model_s_vocabulary():
+    _, cls = model_class("fastspeech2_conformer_with_hifigan")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("fastspeech2_conformer_with_hifigan")))
+    assert dummy_inputs(model)["input_ids"].max() < model.config.model_config.vocab_size
+    assert check_eager("fastspeech2_conformer_with_hifigan")["status"] == "ok"

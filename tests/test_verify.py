@@ -238,3 +238,29 @@ def test_a_failure_is_located_in_the_innermost_frame_of_the_named_packages(tmp_p
     except ValueError as error:
         assert user_location(error, ("transformers", "my_generated")) == "my_generated/masks.py:2"
         assert user_location(error) is None  # not a package it was told about
+
+
+def test_nan_only_matches_nan():
+    from exportsmith.verify.check import identical, max_abs_diff, tensor_diff
+
+    nan, inf = float("nan"), float("inf")
+    reference = torch.tensor([1.0, nan, inf])
+    assert identical(reference, reference.clone()) and tensor_diff(reference, reference.clone()) == 0.0
+    # a NaN where the reference has a number (or the reverse) is never a small difference
+    assert not identical(reference, torch.tensor([1.0, 2.0, inf]))
+    assert tensor_diff(reference, torch.tensor([1.0, 2.0, inf])) == inf
+    assert tensor_diff(torch.tensor([1.0, 2.0]), torch.tensor([nan, 2.0])) == inf
+    assert max_abs_diff({"logits": torch.tensor([1.0, 2.0])}, {"logits": torch.tensor([nan, 2.5])}) == inf
+    assert tensor_diff(reference, torch.tensor([1.5, nan, inf])) == 0.5
+    assert tensor_diff(reference, torch.tensor([1.0, nan, -inf])) == inf
+
+
+def test_a_part_of_a_model_is_found_in_its_generated_modeling_module(monkeypatch):
+    # A model type whose class is a part of a model (not exported by the package's __init__) is still paired
+    from exportsmith.verify import check
+
+    part = modeling_llama.LlamaRotaryEmbedding
+    monkeypatch.setattr(check, "model_class", lambda model_type: (None, part))
+    original, generated = check.build_pair("llama", "generated")
+    assert type(original) is part
+    assert type(generated).__module__ == "generated.llama.modeling_llama" and type(generated).__name__ == part.__name__

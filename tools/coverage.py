@@ -1,6 +1,6 @@
 """The coverage table: every model type of the installed transformers exported three ways, each isolated.
 
-    python tools/coverage.py                 # generate everything, sweep the three subjects, write the table
+    python tools/coverage.py                 # generate everything, sweep the four columns, write the table
     python tools/coverage.py --fresh         # forget earlier sweep records and start over
     python tools/coverage.py --render-only   # rewrite the table from the records already in the work directory
     python tools/coverage.py --retry build eager timeout   # check again the model types recorded with these statuses
@@ -8,9 +8,11 @@
 Steps: `exportsmith generate --all` into `build/coverage/generated`; then, for each subject of
 `exportsmith.verify.check.SUBJECTS` (the original with no help, the original through transformers' DynamoExporter,
 the generated copy), `verify_model` of every model type in its own child process (memory cap, timeout), records
-appended to `build/coverage/<subject>.jsonl` as they come, so an interrupted run resumes where it stopped; last,
-`generated/COVERAGE.md` and `generated/COVERAGE.json`: one row per model type, a column per subject with its failure
-class, totals on top, versions, date and this command. The JSON holds no timings, so the same transformers, torch and
+appended to `build/coverage/<subject>.jsonl` as they come, so an interrupted run resumes where it stopped; then the
+`onnx` column: `verify_onnx` (torch.onnx.export(dynamo=True) + onnxruntime) of each generated copy that verified with
+torch.export (the others are `skipped`: ONNX export is built on it); last, `generated/COVERAGE.md` and
+`generated/COVERAGE.json`: one row per model type, a column each with its failure class, totals on top, versions,
+date and this command. The JSON holds no timings, so the same transformers, torch and
 code give the same file apart from the date.
 """
 
@@ -28,12 +30,16 @@ import transformers
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
 from exportsmith.verify.check import SUBJECTS
-from exportsmith.verify.isolate import JOBS, check_export, recorded, sweep
+from exportsmith.verify.isolate import JOBS, check_export, check_onnx, recorded, sweep
+from exportsmith.verify.onnx_check import ONNX_MAX_ABS_DIFF
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "python tools/coverage.py"
 TIMEOUT = 300.0  # seconds per model and subject
 REASON_WIDTH = 110  # characters of a failure's first line shown in the table
+ONNX = "onnx"
+COLUMNS = (*SUBJECTS, ONNX)
+SKIPPED = {"status": "skipped", "reason": "the generated copy does not verify with torch.export", "location": None}
 
 
 def generate_all(package: Path) -> None:
@@ -43,15 +49,20 @@ def generate_all(package: Path) -> None:
     print(f"generated every model into {package} in {time.perf_counter() - started:.0f} s", file=sys.stderr)
 
 
-def sweep_subject(subject: str, model_types: list[str], work: Path, package: Path, jobs: int, timeout: float) -> None:
-    check = partial(check_export, subject=subject, package=package.name, path=str(package.parent))
+def sweep_column(column: str, model_types: list[str], work: Path, package: Path, jobs: int, timeout: float) -> None:
+    if column == ONNX:
+        generated = recorded(work / "generated.jsonl")
+        model_types = [name for name in model_types if generated.get(name, {}).get("status") == "ok"]
+        check = partial(check_onnx, package=package.name, path=str(package.parent))
+    else:
+        check = partial(check_export, subject=column, package=package.name, path=str(package.parent))
     started = time.perf_counter()
-    sweep(model_types, work / f"{subject}.jsonl", check, jobs=jobs, timeout=timeout)
-    print(f"swept {subject} in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    sweep(model_types, work / f"{column}.jsonl", check, jobs=jobs, timeout=timeout)
+    print(f"swept {column} in {time.perf_counter() - started:.0f} s", file=sys.stderr)
 
 
 def cell(record: dict | None) -> dict:
-    """The committed part of one subject's record of one model type."""
+    """The committed part of one column's record of one model type."""
     if record is None:
         return {"status": "not-run", "reason": "", "location": None}
     details = record.get("details") or {}
@@ -60,19 +71,19 @@ def cell(record: dict | None) -> dict:
 
 def table(records: dict[str, dict[str, dict]], model_types: list[str]) -> dict:
     totals = {
-        subject: sum(records[subject].get(name, {}).get("status") == "ok" for name in model_types)
-        for subject in SUBJECTS
+        column: sum(records[column].get(name, {}).get("status") == "ok" for name in model_types) for column in COLUMNS
     }
     rows = []
     for name in model_types:
         classes = {records[subject].get(name, {}).get("model_class") for subject in SUBJECTS} - {None}
-        rows.append(
-            {
-                "model_type": name,
-                "model_class": min(classes) if classes else None,
-                **{subject: cell(records[subject].get(name)) for subject in SUBJECTS},
-            }
-        )
+        row = {
+            "model_type": name,
+            "model_class": min(classes) if classes else None,
+            **{column: cell(records[column].get(name)) for column in COLUMNS},
+        }
+        if name not in records[ONNX] and row["generated"]["status"] not in ("ok", "not-run"):
+            row[ONNX] = dict(SKIPPED)
+        rows.append(row)
     return {
         "transformers": transformers.__version__,
         "torch": torch.__version__,
@@ -92,6 +103,10 @@ def short(text: str) -> str:
 def markdown_cell(entry: dict) -> str:
     if entry["status"] == "ok":
         return "ok"
+    if entry["status"] == "skipped":
+        return "–"
+    if entry["status"] == "not-run":
+        return "not run"
     where = f" `{entry['location']}`" if entry["location"] else ""
     return f"**{entry['status']}**: {short(entry['reason'])}{where}"
 
@@ -107,7 +122,9 @@ def markdown(data: dict, model_seconds: dict[str, float]) -> str:
         "Each model type's tiny seeded model (the class `exportsmith.verify.tasks.model_class` picks) is exported with"
         " dynamic shapes and run at shapes other than the traced one; a cell is `ok` when the program matches eager"
         " everywhere and survives `save`/`load`. Columns: the original transformers class with no help, the original"
-        " through `transformers.exporters.DynamoExporter` (its runtime patches), and exportsmith's generated copy.",
+        " through `transformers.exporters.DynamoExporter` (its runtime patches), exportsmith's generated copy, and"
+        f" the generated copy through `torch.onnx.export(dynamo=True)` run in onnxruntime (max |diff| {ONNX_MAX_ABS_DIFF:g}"
+        " to the original's eager output; `–`: not tried, the copy does not verify with torch.export).",
         "",
     ]
     for subject in SUBJECTS:
@@ -115,11 +132,16 @@ def markdown(data: dict, model_seconds: dict[str, float]) -> str:
         lines.append(
             f"- **{subject}**: {ok} of {total} architectures export and match eager ({100 * ok / total:.1f}%)"
         )
+    ok = data["ok"][ONNX]
+    lines.append(
+        f"- **{ONNX}**: {ok} of {total} architectures export to ONNX and match eager in onnxruntime"
+        f" ({100 * ok / total:.1f}%)"
+    )
     spent = ", ".join(f"{subject} {value / 3600:.1f} h" for subject, value in model_seconds.items())
     lines += ["", f"Time spent in the model processes (the sweep runs two at a time on 2 cores): {spent}."]
-    lines += ["", "| model type | class | " + " | ".join(SUBJECTS) + " |", "|---|---|" + "---|" * len(SUBJECTS)]
+    lines += ["", "| model type | class | " + " | ".join(COLUMNS) + " |", "|---|---|" + "---|" * len(COLUMNS)]
     for row in data["models"]:
-        cells = " | ".join(markdown_cell(row[subject]) for subject in SUBJECTS)
+        cells = " | ".join(markdown_cell(row[column]) for column in COLUMNS)
         lines.append(f"| {row['model_type']} | {row['model_class'] or ''} | {cells} |")
     return "\n".join(lines) + "\n"
 
@@ -131,7 +153,7 @@ def main() -> int:
     parser.add_argument("--fresh", action="store_true", help="forget the sweep records of the work directory")
     parser.add_argument("--render-only", action="store_true", help="only rewrite the table from existing records")
     parser.add_argument("--retry", nargs="+", default=[], metavar="STATUS", help="forget records with these statuses")
-    parser.add_argument("--subjects", nargs="+", default=list(SUBJECTS), choices=SUBJECTS)
+    parser.add_argument("--columns", nargs="+", default=list(COLUMNS), choices=COLUMNS, help="the columns to sweep")
     parser.add_argument("--jobs", type=int, default=JOBS)
     parser.add_argument("--timeout", type=float, default=TIMEOUT, help="seconds per model type and subject")
     args = parser.parse_args()
@@ -140,23 +162,23 @@ def main() -> int:
     package = args.work / "generated"
     args.work.mkdir(parents=True, exist_ok=True)
     if not args.render_only:
-        for subject in args.subjects:
-            work = args.work / f"{subject}.jsonl"
+        for column in args.columns:
+            work = args.work / f"{column}.jsonl"
             if args.fresh:
                 work.unlink(missing_ok=True)
             elif args.retry:
                 kept = [line for line in recorded(work).values() if line["status"] not in args.retry]
                 work.write_text("".join(json.dumps(line) + "\n" for line in kept))
-        if "generated" in args.subjects:
+        if {"generated", ONNX} & set(args.columns):
             generate_all(package)
-        for subject in args.subjects:
-            sweep_subject(subject, model_types, args.work, package, args.jobs, args.timeout)
-    records = {subject: recorded(args.work / f"{subject}.jsonl") for subject in SUBJECTS}
+        for column in args.columns:
+            sweep_column(column, model_types, args.work, package, args.jobs, args.timeout)
+    records = {column: recorded(args.work / f"{column}.jsonl") for column in COLUMNS}
     data = table(records, model_types)
-    model_seconds = {s: sum(r.get("seconds", 0.0) for r in records[s].values()) for s in SUBJECTS}
+    model_seconds = {c: sum(r.get("seconds", 0.0) for r in records[c].values()) for c in COLUMNS}
     (args.out / "COVERAGE.json").write_text(json.dumps(data, indent=1) + "\n")
     (args.out / "COVERAGE.md").write_text(markdown(data, model_seconds))
-    print(", ".join(f"{s}: {data['ok'][s]} of {data['total']}" for s in SUBJECTS), file=sys.stderr)
+    print(", ".join(f"{c}: {data['ok'][c]} of {data['total']}" for c in COLUMNS), file=sys.stderr)
     return 0
 
 

@@ -38,7 +38,6 @@ import torch
 import transformers
 from torch.utils import _pytree as pytree
 from transformers import DynamicCache
-from transformers.models.auto.configuration_auto import model_type_to_module_name
 
 from exportsmith.verify.errors import first_line, user_location
 from exportsmith.verify.inputs import DECODE_CASES, PREFILL_CASES, cache_keyword, case_inputs, output_cache
@@ -221,6 +220,9 @@ def verify_model(model_type: str, package: str = "generated", subject: str = "ge
     return result
 
 
+MODELS_PACKAGE = "transformers.models."
+
+
 def build_pair(model_type: str, package: str | None) -> tuple[torch.nn.Module, torch.nn.Module | None]:
     """The original model of a tiny config and, with `package`, its generated copy with the same weights (eval)."""
     _, original_class = model_class(model_type)
@@ -228,11 +230,16 @@ def build_pair(model_type: str, package: str | None) -> tuple[torch.nn.Module, t
     original = build_tiny_model(original_class, config)
     if package is None:
         return original, None
-    module = model_type_to_module_name(model_type)
-    generated_module = importlib.import_module(f"{package}.{module}")
+    # The copy of the module that defines the class: a part of a model (AltRobertaModel) is not in its package's
+    # __init__, and some model types live in another model's directory (gpt-sw3 in gpt2)
+    source = original_class.__module__
+    if not source.startswith(MODELS_PACKAGE):
+        raise LookupError(f"{original_class.__name__} is defined in {source}, outside {MODELS_PACKAGE.rstrip('.')}")
+    module = f"{package}.{source.removeprefix(MODELS_PACKAGE)}"
+    generated_module = importlib.import_module(module)
     generated_class = getattr(generated_module, original_class.__name__, None)
     if generated_class is None:
-        raise LookupError(f"{package}.{module} has no {original_class.__name__}")
+        raise LookupError(f"{module} has no {original_class.__name__}")
     if DynamicCache not in pytree.SUPPORTED_NODES:
         raise RuntimeError(f"importing {package} did not register DynamicCache as a pytree node")
     generated = generated_class(config).eval()
@@ -350,7 +357,7 @@ def check_eager_identity(original, generated, programs: list[Program], reference
                 raise TypeError(f"{program.name} {case.name}: cache is {type(actual_cache).__qualname__}")
             expected_tensors, actual_tensors = output_tensors(expected), output_tensors(actual)
             if len(expected_tensors) != len(actual_tensors) or not all(
-                e.shape == a.shape and e.dtype == a.dtype and torch.equal(e, a)
+                e.shape == a.shape and e.dtype == a.dtype and identical(e, a)
                 for e, a in zip(expected_tensors, actual_tensors)
             ):
                 diff = max_abs_diff(expected, actual)
@@ -384,10 +391,31 @@ def max_abs_diff(expected, actual) -> float:
         if e.shape != a.shape:
             return math.inf
         if e.numel() and (e.is_floating_point() or e.is_complex()):
-            diff = max(diff, (e.double() - a.double()).abs().max().item())
+            diff = max(diff, tensor_diff(e, a))
         elif e.numel() and not torch.equal(e, a):
             return math.inf
     return diff
+
+
+def identical(expected: torch.Tensor, actual: torch.Tensor) -> bool:
+    """Bit-identical values, NaN where the other has NaN (a tiny random model can give NaN: torch.equal says no)."""
+    if torch.equal(expected, actual):
+        return True
+    if not (expected.is_floating_point() or expected.is_complex()) or expected.shape != actual.shape:
+        return False
+    nan = expected.isnan()
+    return torch.equal(nan, actual.isnan()) and torch.equal(expected[~nan], actual[~nan])
+
+
+def tensor_diff(expected: torch.Tensor, actual: torch.Tensor) -> float:
+    """max |expected - actual| of two same-shaped float tensors; NaN on one side only, or an inf that differs, is inf
+    (a plain max over NaN would be NaN, and `max(0.0, nan)` is 0.0: a NaN output must not pass)."""
+    kind = torch.complex128 if expected.is_complex() else torch.float64
+    expected, actual = expected.to(kind), actual.to(kind)
+    if not torch.equal(expected.isnan(), actual.isnan()):
+        return math.inf
+    same = (expected == actual) | expected.isnan()  # also equal infs, whose difference is NaN
+    return (expected - actual).abs().masked_fill(same, 0.0).max().item()
 
 
 def varying_dims(program: Program) -> dict:

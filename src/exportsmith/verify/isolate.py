@@ -9,8 +9,9 @@ MemoryError or an allocation failure in the child, or a SIGKILL from the kernel)
 `path` as soon as it is known, skips model types already recorded there (so an interrupted sweep resumes), and
 reports `[i/N] model_type status` on stderr.
 
-Two checks: `check_eager` (build the tiny model and run one forward; `tools/sweep_eager.py` sweeps it) and
-`check_export` (`verify_model` of one subject; `exportsmith verify --all` and `tools/coverage.py` sweep it).
+Three checks: `check_eager` (build the tiny model and run one forward; `tools/sweep_eager.py` sweeps it),
+`check_export` (`verify_model` of one subject; `exportsmith verify --all` and `tools/coverage.py` sweep it) and
+`check_onnx` (`verify_onnx` of the generated copy; `tools/coverage.py` sweeps it).
 """
 
 import json
@@ -30,11 +31,14 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from exportsmith.verify.check import FAILURE_KINDS, verify_model
 from exportsmith.verify.errors import first_line
+from exportsmith.verify.onnx_check import FAILURE_KINDS as ONNX_FAILURE_KINDS
+from exportsmith.verify.onnx_check import verify_onnx
 from exportsmith.verify.tasks import (
     AUDIO_LAYOUTS,
     config_for,
     containing_model_type,
     dummy_inputs,
+    has_forward,
     model_class,
     takes_audio,
 )
@@ -42,7 +46,7 @@ from exportsmith.verify.tiny import TooLarge, build_tiny_model, parameter_count,
 
 EAGER_STATUSES = ("ok", "refused", "build-error", "eager-error")
 ISOLATION_FAILURES = ("crash", "oom", "timeout")
-STATUSES = tuple(dict.fromkeys(EAGER_STATUSES + FAILURE_KINDS + ISOLATION_FAILURES))
+STATUSES = tuple(dict.fromkeys(EAGER_STATUSES + FAILURE_KINDS + ONNX_FAILURE_KINDS + ISOLATION_FAILURES))
 MEMORY_LIMIT = 6 * 2**30  # bytes of address space per child
 TIMEOUT = 300.0  # seconds per child
 JOBS = 2  # children at a time: one per core
@@ -108,14 +112,21 @@ def check_eager(model_type: str) -> dict:
         record["model_class"] = cls.__name__
         model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
         record["params"] = parameter_count(model)
+        if not has_forward(model):
+            reason = (
+                f"{cls.__name__} defines no forward: it is used only through other methods (generate, encode, decode)"
+            )
+            return {**record, "status": "refused", "reason": reason}
         stage = "eager-error"
         run_eager(model)
     except TooLarge as error:
         return {**record, "status": "refused", "reason": str(error)}
     except Exception as error:
-        missing = MISSING_PACKAGE.search(str(error)) if isinstance(error, ImportError) else None
+        # every package the error names (PIL and timm, say), in order: which one comes first depends on the machine
+        missing = list(dict.fromkeys(MISSING_PACKAGE.findall(str(error)))) if isinstance(error, ImportError) else []
         if missing:
-            return {**record, "status": "refused", "reason": f"needs the optional package {missing.group(1)}"}
+            packages = "package " + missing[0] if len(missing) == 1 else "packages " + ", ".join(missing)
+            return {**record, "status": "refused", "reason": f"needs the optional {packages}"}
         return {**record, "status": "oom" if is_out_of_memory(error) else stage, "reason": first_line(error)}
     return {**record, "status": "ok", "reason": ""}
 
@@ -132,6 +143,18 @@ def check_export(model_type: str, subject: str, package: str, path: str | None =
         "details": {
             key: value for key, value in result.record().items() if key in ("location", "eager_identical", "cases")
         },
+    }
+
+
+def check_onnx(model_type: str, package: str, path: str | None = None) -> dict:
+    """`verify_onnx` of the generated copy, as a record; `path` goes first on sys.path (where `package` lives)."""
+    if path is not None and path not in sys.path:
+        sys.path.insert(0, path)
+    result = verify_onnx(model_type, package)
+    return {
+        "status": "ok" if result.ok else result.failure,
+        "reason": result.message,
+        "details": {"max_diff": result.max_diff, "cases": len(result.cases)},
     }
 
 

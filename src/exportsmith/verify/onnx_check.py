@@ -30,7 +30,16 @@ import torch
 from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 from torch.utils import _pytree as pytree
 
-from exportsmith.verify.check import Case, CaseRecord, Program, build_pair, programs_for, run, varying_dims
+from exportsmith.verify.check import (
+    Case,
+    CaseRecord,
+    Program,
+    build_pair,
+    programs_for,
+    run,
+    tensor_diff,
+    varying_dims,
+)
 from exportsmith.verify.errors import first_line
 
 ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime")
@@ -279,5 +288,5 @@ def max_abs_diff(expected: dict, actual: dict) -> float:
         if wanted.shape != got.shape:
             return math.inf
         if wanted.size:
-            diff = max(diff, float(np.abs(wanted - got).max()))
+            diff = max(diff, tensor_diff(torch.from_numpy(wanted), torch.from_numpy(got)))
     return diff

@@ -156,6 +156,11 @@ def config_for(model_class: type, config):
     return config
 
 
+def has_forward(model: torch.nn.Module) -> bool:
+    """Whether the model defines a forward (a VQ tokenizer may only define encode/decode)."""
+    return type(model).forward is not torch.nn.Module.forward
+
+
 def forward_parameters(model: torch.nn.Module) -> list[str]:
     return [name for name in inspect.signature(model.forward).parameters if name not in ("args", "kwargs")]
 
@@ -167,8 +172,14 @@ def required_parameters(model: torch.nn.Module) -> list[str]:
 
 def main_input(model: torch.nn.Module, parameters: list[str]) -> str:
     """`main_input_name` where the forward takes it; else the forward's first parameter (sub-models such as vision
-    towers often keep the inherited "input_ids")."""
-    return model.main_input_name if model.main_input_name in parameters else parameters[0]
+    towers often keep the inherited "input_ids"). A generic `inputs` that the forward also takes under a specific
+    name (Perceiver's `input_ids`, a speech encoder-decoder's encoder input) is given under that name."""
+    main = model.main_input_name if model.main_input_name in parameters else parameters[0]
+    if main == "inputs":
+        encoder = getattr(model, "encoder", None)
+        aliases = (getattr(encoder, "main_input_name", None), "input_ids")
+        return next((alias for alias in aliases if alias in parameters and alias != "inputs"), main)
+    return main
 
 
 def takes_audio(model: torch.nn.Module) -> bool:
@@ -185,7 +196,12 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
     # A tower whose sub-config is left out (None: a text-only checkpoint of a multimodal family) is not built.
     wants_images = main == "pixel_values_videos" or (
         "pixel_values" in parameters
-        and (main == "pixel_values" or has_image_token(config) or hasattr(config, "vision_config"))
+        and (
+            main == "pixel_values"
+            or has_image_token(config)
+            or hasattr(config, "vision_config")
+            or images_in_config(config)
+        )
         and not tower_left_out(config, "vision_config", main)
     )
     wants_audio = (
@@ -194,12 +210,31 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
             main in ("input_features", "input_values")
             or has_audio_token(config)
             or (hasattr(config, "audio_config") and not unset_placeholder(config, MODALITIES[1]))
+            or hasattr(config, "speech_config")  # CLVP: text and speech, whose decoder conditions on features
         )
         and not tower_left_out(config, "audio_config", main)
     )
     if main == "hidden_states" and "grid_thw" in parameters:  # a Qwen-style vision tower on its own
-        inputs.update(patch_inputs(config, "hidden_states", "grid_thw", shape, generator))
-    elif main in ("hidden_states", "inputs_embeds"):  # a stack that takes embeddings (or stacked audio features)
+        inputs.update(patch_inputs(model, config, "hidden_states", "grid_thw", shape, generator))
+    elif main == "latents" or codec_part(model, main) == "decoder":  # a codec's decoder: (batch, width, frames)
+        width = first_int(config, ("hidden_size",), 64)
+        inputs[main] = torch.randn((shape.batch, width, shape.text_length), generator=generator)
+    elif codec_part(model, main) == "encoder":  # raw audio under another name: (batch, channels, samples)
+        channels = first_int(config, ("channels", "audio_channels"), 1)
+        inputs[main] = torch.randn((shape.batch, channels, AUDIO_SAMPLES), generator=generator)
+    elif main == "image" or (main == "hidden_states" and model.main_input_name == "pixel_values"):
+        # pixels under another name: BridgeTower's vision tower's `image`, Florence 2's backbone's `hidden_states`
+        channels, height, width = image_size(config)
+        inputs[main] = torch.randn((shape.batch, channels, height, width), generator=generator)
+    elif main == "states":  # Decision Transformer: a trajectory of states, actions, returns to go, rewards
+        inputs.update(trajectory_inputs(config, shape, generator))
+    elif main == "audio_mel":  # Gemma 3n's audio encoder: (batch, frames, mel bins) and which frames are padding
+        bins = first_int(config, ("input_feat_size",), 128)
+        inputs[main] = torch.randn((shape.batch, AUDIO_FRAMES, bins), generator=generator)
+        inputs["audio_mel_mask"] = torch.zeros((shape.batch, AUDIO_FRAMES), dtype=torch.bool)
+    elif main == "flattened_patches":  # Pix2Struct: each patch's (row, column) from 1, then its pixels
+        inputs.update(numbered_patches(sub_config(config, "vision_config"), shape, generator))
+    elif main in EMBEDDING_INPUTS:  # a stack that takes embeddings (or stacked audio features)
         width = first_int(config, ("input_dim", "hidden_size", "d_model", "embed_dim"), 64)
         inputs[main] = torch.randn((shape.batch, shape.text_length, width), generator=generator)
     elif main == "mel_spectrogram":  # a vocoder over (batch, mel bins, frames)
@@ -214,6 +249,15 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         inputs.update(image_inputs(model, config, parameters, shape, generator))
     if wants_audio:
         inputs.update(audio_inputs(config, parameters, main, audio_layout, shape, generator))
+        for mask in AUDIO_MASKS:
+            if mask in inputs and feature_owner(model, "get_audio_features") and not feature_method_names(model, mask):
+                # a mask the audio features do not count with is over their projected tokens (Granite Speech's)
+                # rather than over frames: left out, it keeps them all
+                del inputs[mask]
+        if "padding_mask" in parameters and feature_method_requires(model, "get_audio_features", "padding_mask"):
+            # which samples of the raw audio are real (all of them), where the audio features need it
+            audio = inputs.get("input_values", next(iter(inputs.values())))
+            inputs["padding_mask"] = torch.ones((shape.batch, audio.shape[-1]), dtype=torch.long)
     # A second text input (a Q-Former's prompt, ...) before the main one: image features may depend on it.
     for name in required_parameters(model):
         if name.endswith("_input_ids") and name not in inputs:
@@ -229,13 +273,67 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         # the decoder of an encoder-decoder built on its own cross-attends to encoder states
         width = first_int(config, ("hidden_size", "d_model"), 64)
         inputs["encoder_hidden_states"] = torch.randn((shape.batch, shape.text_length, width), generator=generator)
+    elif "encoder_hidden_states" in parameters and main == "query_embeds":
+        # a Q-Former on its own: its queries cross-attend to image features of the encoder's width
+        width = first_int(config, ("encoder_hidden_size", "hidden_size"), 64)
+        inputs["encoder_hidden_states"] = torch.randn((shape.batch, shape.text_length, width), generator=generator)
+    if "task_inputs" in required_parameters(model):  # OneFormer: the tokenized task prompt, padded to its length
+        length = first_int(config, ("task_seq_len",), shape.text_length)
+        vocab_size = first_int(config, ("text_encoder_vocab_size",), 128)
+        inputs["task_inputs"] = random_tokens(vocab_size, (shape.batch, length), generator)
+    if main == "inputs_embeds" and "num_patches" in required_parameters(model):
+        inputs["num_patches"] = shape.text_length // 2  # DeepSeek-OCR 2: image tokens first, then the queries
+    if main in EMBEDDING_INPUTS and "attention_mask" in required_parameters(model):
+        inputs["attention_mask"] = torch.ones(inputs[main].shape[:2], dtype=torch.long)
+    if "visual_feats" in parameters:  # LXMERT: detected regions' features and boxes (x0, y0, x1, y1 in 0..1)
+        boxes = 4
+        inputs["visual_feats"] = torch.randn((shape.batch, boxes, config.visual_feat_dim), generator=generator)
+        corners = torch.rand((shape.batch, boxes, 2, 2), generator=generator).sort(dim=-2).values
+        inputs["visual_pos"] = corners.flatten(-2)[..., : config.visual_pos_dim]
     if "decoder_input_ids" in parameters and getattr(config, "is_encoder_decoder", False):
-        inputs["decoder_input_ids"] = random_tokens(
-            decoder_vocab(config), (shape.batch, shape.decoder_length), generator
-        )
+        size = (shape.batch, shape.decoder_length) + code_channels(sub_config(config, "decoder_config"))
+        inputs["decoder_input_ids"] = random_tokens(decoder_vocab(config), size, generator)
     if main not in inputs:
         raise ValueError(f"cannot build the main input {main!r} of {type(model).__name__}")
     return inputs
+
+
+# Main inputs that are a sequence of vectors of the model's width, (batch, length, width): a stack's embeddings, a
+# Q-Former's queries, a perceiver resampler's context.
+EMBEDDING_INPUTS = ("hidden_states", "inputs_embeds", "query_embeds", "context")
+
+
+def trajectory_inputs(config, shape: InputShape, generator: torch.Generator) -> dict:
+    size = (shape.batch, shape.text_length)
+    return {
+        "states": torch.randn((*size, config.state_dim), generator=generator),
+        "actions": torch.randn((*size, config.act_dim), generator=generator),
+        "rewards": torch.randn((*size, 1), generator=generator),
+        "returns_to_go": torch.randn((*size, 1), generator=generator),
+        "timesteps": torch.arange(shape.text_length).expand(size),
+        "attention_mask": torch.ones(size, dtype=torch.long),
+    }
+
+
+def numbered_patches(vision, shape: InputShape, generator: torch.Generator, side: int = 4) -> dict:
+    """A side x side grid of flattened patches, each prefixed by its row and column (counted from 1), all real."""
+    width = first_int(vision, ("patch_embed_hidden_size",), 64)
+    rows = torch.arange(1, side + 1).repeat_interleave(side).float()
+    columns = torch.arange(1, side + 1).repeat(side).float()
+    positions = torch.stack([rows, columns], -1).expand(shape.batch, -1, -1)
+    pixels = torch.randn((shape.batch, side * side, width), generator=generator)
+    return {
+        "flattened_patches": torch.cat([positions, pixels], -1),
+        "attention_mask": torch.ones((shape.batch, side * side), dtype=torch.long),
+    }
+
+
+def codec_part(model: torch.nn.Module, main: str) -> str | None:
+    """ "encoder" or "decoder" for half of an audio codec built on its own: it declares raw audio as its main input
+    (`input_values`) but its forward takes `hidden_states` (VibeVoice's tokenizer halves); None otherwise."""
+    if main != "hidden_states" or model.main_input_name != "input_values":
+        return None
+    return "decoder" if type(model).__name__.endswith(("DecoderModel", "Decoder")) else "encoder"
 
 
 def time_series_inputs(config, parameters: set[str], shape: InputShape, generator: torch.Generator) -> dict:
@@ -256,6 +354,11 @@ def time_series_inputs(config, parameters: set[str], shape: InputShape, generato
     if "freq" in parameters:  # a frequency category per series (0: high frequency)
         inputs["freq"] = torch.zeros((shape.batch, 1), dtype=torch.long)
     return inputs
+
+
+def images_in_config(config) -> bool:
+    """A single config that also sizes images (ViLT's image size)."""
+    return isinstance(getattr(config, "image_size", None), int)
 
 
 def tower_left_out(config, name: str, main: str) -> bool:
@@ -284,7 +387,7 @@ def first_int(config, names, default):
 
 
 def vocab(config) -> int:
-    text = sub_config(config, "text_config", "decoder", "language_config", "llm_config")
+    text = sub_config(config, "text_config", "decoder", "language_config", "llm_config", "model_config")
     return first_int(text, ("vocab_size",), None) or first_int(config, ("vocab_size",), 128)
 
 
@@ -329,31 +432,71 @@ def vision_config(config):
     return sub_config(config, "vision_config", "vision_encoder_config", "encoder")
 
 
+# Image sizes that a config does not give and the default 32 x 32 is too small for: OCR text-line recognizers
+# pool their last feature map by 3 x 2 after striding the height by up to 32.
+IMAGE_SIZES = {
+    "pp_ocrv5_mobile_rec": (96, 64),
+    "pp_ocrv5_server_rec": (96, 64),
+    "pp_ocrv6_small_rec": (96, 64),
+    "pp_ocrv6_tiny_rec": (96, 64),
+}
+
+
 def image_size(vision) -> tuple[int, int, int]:
     """(channels, height, width) of one image."""
     channels = first_int(vision, ("num_channels", "in_channels", "in_chans", "input_channels"), 3)
-    size = getattr(vision, "image_size", None) or 32
+    size = getattr(vision, "image_size", None) or IMAGE_SIZES.get(getattr(vision, "model_type", None)) or 32
     height, width = (size, size) if isinstance(size, int) else tuple(size)[-2:]
     return channels, height, width
 
 
 def image_inputs(model, config, parameters: set[str], shape: InputShape, generator: torch.Generator) -> dict:
     batch = shape.batch
-    for grid_name in ("image_grid_thw", "grid_thw"):
+    for grid_name in ("image_grid_thw", "grid_thw", "image_grid_hw"):
         if grid_name in parameters:
-            return patch_inputs(config, "pixel_values", grid_name, shape, generator)
+            inputs = patch_inputs(model, config, "pixel_values", grid_name, shape, generator)
+            for merge_name in {"merge_sizes", "image_merge_sizes"} & parameters:
+                # the processor's choice of patches merged per side: 1 (none), which every grid allows
+                inputs[merge_name] = torch.ones(shape.batch, dtype=torch.long)
+            return inputs
     vision = vision_config(config)
     channels, height, width = image_size(vision)
     patch = first_int(vision, ("patch_size",), None)
-    if patch and FLAT_PATCH_INPUTS & parameters and embeds_flat_patches(model, channels * patch * patch):
+    flat = FLAT_PATCH_INPUTS & parameters or config.model_type in FLAT_PATCH_TOWERS
+    if patch and flat and embeds_flat_patches(model, channels * patch * patch):
         return flat_patch_inputs(parameters, batch, channels, patch, height // patch, width // patch, generator)
+    if "prompt_masks" in parameters:  # SegGPT: image and prompt (with its mask), each half the canvas they make up
+        canvas = (batch, channels, height // 2, width)
+        return {
+            name: torch.randn(canvas, generator=generator)
+            for name in ("pixel_values", "prompt_pixel_values", "prompt_masks")
+        }
+    if "aspect_ratio_ids" in parameters:  # Mllama: one image per sample, padded to its tiles
+        tiles = first_int(vision, ("max_num_tiles",), 1)
+        mask = torch.zeros((batch, 1, tiles), dtype=torch.long)
+        mask[..., 0] = 1  # one real tile: the 1 x 1 aspect ratio, the first supported one (ids count from 1)
+        return {
+            "pixel_values": torch.randn((batch, 1, tiles, channels, height, width), generator=generator),
+            "aspect_ratio_ids": torch.ones((batch, 1), dtype=torch.long),
+            "aspect_ratio_mask": mask,
+        }
+    if patch and "target_sizes" in parameters:  # MiniCPM-V: every image's patches side by side in one strip
+        rows, columns = height // patch, width // patch
+        strip = torch.randn((1, channels, patch, batch * rows * columns * patch), generator=generator)
+        return {"pixel_values": strip, "target_sizes": torch.tensor([[rows, columns]] * batch)}
     frames = first_int(vision, ("num_frames", "frames_per_clip"), None) or first_int(config, ("num_frames",), None)
     if "pixel_values_videos" in parameters and "pixel_values" not in parameters:
         return {"pixel_values_videos": torch.randn((batch, frames or 4, channels, height, width), generator=generator)}
+    if frames and config.model_type in FRAMES_IN_BATCH:
+        return {"pixel_values": torch.randn((batch * frames, channels, height, width), generator=generator)}
     if frames:  # video classifiers take clips in pixel_values
         return {"pixel_values": torch.randn((batch, frames, channels, height, width), generator=generator)}
-    if type(model).__name__ in modeling_auto.MODEL_FOR_KEYPOINT_MATCHING_MAPPING_NAMES.values():  # image pairs
+    if (
+        config.model_type in modeling_auto.MODEL_FOR_KEYPOINT_MATCHING_MAPPING_NAMES
+    ):  # image pairs, also for the base model
         return {"pixel_values": torch.randn((batch, 2, channels, height, width), generator=generator)}
+    if "image_attention_mask" in parameters:  # IDEFICS: a list of images per sample (one), text tokens see them
+        return {"pixel_values": torch.randn((batch, 1, channels, height, width), generator=generator)}
     if "pixel_attention_mask" in parameters:  # Idefics-style: a list of images per sample, and which pixels are real
         return {
             "pixel_values": torch.randn((batch, 1, channels, height, width), generator=generator),
@@ -371,8 +514,12 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
     return {"pixel_values": torch.randn(pixels, generator=generator), "image_sizes": sizes}
 
 
+# Vision towers of video models that take every clip's frames flattened into the batch: (clips x frames, C, H, W).
+FRAMES_IN_BATCH = ("xclip_vision_model",)
 # Inputs that come with flattened patches (a model that patchifies images itself, RADIO, has none of them).
-FLAT_PATCH_INPUTS = {"spatial_shapes", "image_patches"}
+FLAT_PATCH_INPUTS = {"spatial_shapes", "image_patches", "pixel_position_ids"}
+# Towers that take flattened patches without such an input (they are square grids).
+FLAT_PATCH_TOWERS = ("molmo2_vision",)
 
 
 def embeds_flat_patches(model: torch.nn.Module, patch_features: int) -> bool:
@@ -391,6 +538,9 @@ def flat_patch_inputs(parameters, batch, channels, patch, rows, columns, generat
         inputs["spatial_shapes"] = torch.tensor([[rows, columns]] * batch)
     if "pixel_attention_mask" in parameters:
         inputs["pixel_attention_mask"] = torch.ones((batch, rows * columns), dtype=torch.long)
+    if "pixel_position_ids" in parameters:  # each patch's (x, y) on the grid, row by row
+        y, x = torch.meshgrid(torch.arange(rows), torch.arange(columns), indexing="ij")
+        inputs["pixel_position_ids"] = torch.stack([x.flatten(), y.flatten()], -1).expand(batch, -1, -1)
     return inputs
 
 
@@ -403,15 +553,31 @@ def requires_image_sizes(model: torch.nn.Module) -> bool:
     return parameter is not None and parameter.default is inspect.Parameter.empty
 
 
-def patch_inputs(config, pixel_name: str, grid_name: str, shape: InputShape, generator: torch.Generator) -> dict:
-    """Qwen-style flattened patches: (images x t x h x w, channels x temporal x patch x patch) and their grid."""
+# Towers that take Qwen-style patches as (patches, channels, patch, patch) images, which they convolve without a
+# reshape (others that convolve patches, HunYuan-VL's, reshape flat ones themselves: the modules do not tell).
+UNFLATTENED_PATCHES = ("kimi_k25", "kimi_k25_vision", "paddleocr_vl")
+# ... and towers that take them as one sequence of such images: (1, patches, channels, patch, patch).
+PATCH_SEQUENCES = ("paddleocr_vl_vision",)
+
+
+def patch_inputs(
+    model, config, pixel_name: str, grid_name: str, shape: InputShape, generator: torch.Generator
+) -> dict:
+    """Qwen-style flattened patches: (images x t x h x w, channels x temporal x patch x patch) and their grid; the
+    towers of UNFLATTENED_PATCHES take each patch as an image."""
     vision = vision_config(config)
     channels, height, width = image_size(vision)
     patch = first_int(vision, ("patch_size",), 14)
-    temporal = first_int(vision, ("temporal_patch_size",), 1)
+    temporal = first_int(vision, ("temporal_patch_size", "patch_temporal"), 1)
     grid_h, grid_w = height // patch, width // patch
     grid = torch.tensor([[1, grid_h, grid_w]] * shape.batch)
+    if grid_name.endswith("_hw"):  # a grid of images only: (height, width)
+        grid = grid[:, 1:]
     pixels = torch.randn((shape.batch * grid_h * grid_w, channels * temporal * patch * patch), generator=generator)
+    if config.model_type in UNFLATTENED_PATCHES:
+        pixels = pixels.view(-1, channels, patch, patch)
+    elif config.model_type in PATCH_SEQUENCES:
+        pixels = pixels.view(1, -1, channels, patch, patch)
     return {pixel_name: pixels, grid_name: grid}
 
 
@@ -422,6 +588,9 @@ AUDIO_MASKS = ("input_features_mask", "feature_attention_mask", "audio_attention
 # samples) or (batch, channels=1, samples), features as (batch, frames, bins) or (batch, bins, frames).
 # `audio_layout` 0 is the likelier one for the config, 1 the other; the eager check tries both.
 AUDIO_LAYOUTS = 2
+# Feature extractors that give more than one feature per mel bin and frame, which the config does not say: Granite
+# Speech 5's adds deltas (x2) and stacks frame pairs (x2).
+FEATURES_PER_BIN = {"granite_speech5_encoder": 4}
 FEATURE_BINS = (
     "feature_projection_input_dim",
     "num_mel_bins",
@@ -437,7 +606,10 @@ def audio_inputs(
     config, parameters: set[str], main: str, layout: int, shape: InputShape, generator: torch.Generator
 ) -> dict:
     batch = shape.batch
-    audio = sub_config(sub_config(config, "thinker_config"), "audio_config", "encoder_config", "encoder")
+    audio = sub_config(
+        sub_config(config, "thinker_config"), "audio_config", "encoder_config", "encoder", "decoder_config"
+    )
+    audio = sub_config(audio, "asr_config")  # a speech-recognition tower beside others (diarization) in one config
     name = (
         main
         if main in ("input_features", "input_values")
@@ -448,17 +620,28 @@ def audio_inputs(
         frames = spectrogram_frames
         size = (batch, frames, audio.num_mel_bins)
     elif name == "input_values":
-        frames = AUDIO_SAMPLES
-        size = (batch, AUDIO_SAMPLES) if layout == 0 else (batch, 1, AUDIO_SAMPLES)
+        # an encoder that cuts raw audio into tokens of a fixed number of samples takes whole tokens
+        per_token = first_int(audio, ("samples_per_token",), 1)
+        frames = -(-AUDIO_SAMPLES // per_token) * per_token
+        size = (batch, frames) if layout == 0 else (batch, 1, frames)
     else:
-        bins = first_int(audio, FEATURE_BINS, 80) * first_int(audio, ("input_channels",), 1)
+        # features per frame: the bins, times the channels or the frames stacked into one (low frame rate encoders)
+        bins = first_int(audio, FEATURE_BINS, 80) * first_int(audio, ("input_channels", "num_stacked_frames"), 1)
+        bins *= FEATURES_PER_BIN.get(audio.model_type, 1)
         positions = first_int(audio, ("max_source_positions",), None)
         # whisper-like encoders take (batch, bins, frames), frames fixed at twice their positions
         channels_first = positions is not None and hasattr(audio, "num_mel_bins")
         window = 2 * first_int(audio, ("n_window",), AUDIO_FRAMES // 2)  # chunked encoders take whole chunks
         frames = 2 * positions if channels_first else max(window, AUDIO_FRAMES // window * window)
         size = (batch, bins, frames) if channels_first == (layout == 0) else (batch, frames, bins)
+        if "feature_lens" in parameters:  # Qwen-Omni's audio tower: every sample's frames packed, and their counts
+            size = (bins, batch * frames)
+        image_channels = first_int(audio, ("patch_embed_input_channels",), None)
+        if image_channels:  # a spectrogram seen as an image (CLAP's audio Swin): (batch, channels, frames, bins)
+            size = (batch, image_channels, frames, bins)
     inputs = {name: torch.randn(size, generator=generator)}
+    if "feature_lens" in parameters and name == "input_features":
+        inputs["feature_lens"] = torch.full((batch,), frames, dtype=torch.long)
     for mask in AUDIO_MASKS:
         if mask in parameters:
             inputs[mask] = torch.ones((batch, frames), dtype=torch.long)
@@ -474,7 +657,7 @@ class Modality:
     start: tuple[str, ...]
     end: tuple[str, ...]
     features: str
-    media: str  # the input that carries it
+    media: tuple[str, ...]  # the inputs that may carry it
 
 
 MODALITIES = (
@@ -483,16 +666,32 @@ MODALITIES = (
         ("vision_start_token_id", "image_start_token_id", "boi_token_id", "boi_token_index"),
         ("vision_end_token_id", "image_end_token_id", "eoi_token_id", "eoi_token_index"),
         "get_image_features",
-        "pixel_values",
+        ("pixel_values",),
     ),
     Modality(
         ("audio_token_id", "audio_token_index"),
         ("audio_start_token_id", "audio_bos_token_id", "boa_token_id"),
         ("audio_end_token_id", "audio_eos_token_id", "eoa_token_id"),
         "get_audio_features",
-        "input_features",
+        ("input_features", "input_values"),
     ),
 )
+
+
+# Layout models whose boxes are fractions of the page (UDOP scales them by its 2D position table), not 0..1000.
+NORMALIZED_BOXES = ("udop",)
+
+
+# Audio-code models that take one token per codebook channel on a trailing axis, (batch, length, channels): the
+# config attribute that counts the channels, and how many more (Kyutai's text token beside its audio codes).
+CODE_CHANNELS = {"dia_decoder": ("num_channels", 0), "kyutai_speech_to_text": ("num_codebooks", 1)}
+
+
+def code_channels(config) -> tuple[int, ...]:
+    if config.model_type not in CODE_CHANNELS:
+        return ()
+    name, extra = CODE_CHANNELS[config.model_type]
+    return (getattr(config, name) + extra,)
 
 
 def text_inputs(
@@ -501,20 +700,36 @@ def text_inputs(
     rows = shape.batch
     if config.model_type.endswith("_decoder") and isinstance(getattr(config, "num_codebooks", None), int):
         rows *= config.num_codebooks  # an audio-code decoder (MusicGen) takes one row per sample and codebook
-    input_ids = random_tokens(vocab(config), (rows, shape.text_length), generator)
+    input_ids = random_tokens(vocab(config), (rows, shape.text_length) + code_channels(config), generator)
     token_types = torch.zeros_like(input_ids)
     for kind, modality in enumerate(MODALITIES, start=1):
         placeholder = token_id(config, *modality.placeholder)
         owner = feature_owner(model, modality.features)
-        if modality.media in media and placeholder is not None and owner is not None:
+        if set(modality.media) & set(media) and placeholder is not None and owner is not None:
             block = placeholder_block(owner, config, modality, placeholder, media, shape.batch)
             input_ids = torch.cat([input_ids[:, :2], block, input_ids[:, 2:]], dim=1)
             token_types = torch.cat([token_types[:, :2], (block == placeholder).long() * kind, token_types[:, 2:]], 1)
+    position_mask = None
+    if "image_embeds_position_mask" in parameters and "pixel_values" in media:
+        # Kosmos-2: the image's latent queries replace as many tokens, which a mask marks (after the first token)
+        queries = first_int(config, ("latent_query_num",), 64)
+        stand_ins = input_ids.new_full((rows, queries), SPECIAL_IDS)
+        input_ids = torch.cat([input_ids[:, :1], stand_ins, input_ids[:, 1:]], 1)
+        position_mask = torch.zeros_like(input_ids)
+        position_mask[:, 1 : 1 + queries] = 1
     inputs = {"input_ids": input_ids}
+    if position_mask is not None:
+        inputs["image_embeds_position_mask"] = position_mask
+    if "image_attention_mask" in parameters and "pixel_values" in media:  # every token sees every image
+        inputs["image_attention_mask"] = torch.ones(
+            (*input_ids.shape, media["pixel_values"].shape[1]), dtype=torch.long
+        )
     if "bbox" in parameters:  # layout models: a box per token, (x0, y0, x1, y1) on the page (0..1000 at most)
         page = min(1001, first_int(sub_config(config, "text_config"), ("max_2d_position_embeddings",), 1001))
         corners = torch.randint(0, page, (*input_ids.shape, 2, 2), generator=generator).sort(dim=-2).values
         inputs["bbox"] = corners.flatten(-2)  # the smaller corner first
+        if config.model_type in NORMALIZED_BOXES:
+            inputs["bbox"] = inputs["bbox"] / 1000
     if "attention_mask" in parameters:
         inputs["attention_mask"] = torch.ones_like(input_ids)
     if "mm_token_type_ids" in parameters and media:
@@ -530,6 +745,22 @@ def feature_owner(model: torch.nn.Module, method: str) -> torch.nn.Module | None
     return (named or owners or [None])[0]
 
 
+def feature_method_names(model: torch.nn.Module, name: str, method: str = "get_audio_features") -> bool:
+    """Whether `method` of the model or of a submodule names the parameter `name`."""
+    methods = (getattr(module, method) for module in model.modules() if hasattr(module, method))
+    return any(name in inspect.signature(function).parameters for function in methods)
+
+
+def feature_method_requires(model: torch.nn.Module, method: str, name: str) -> bool:
+    """Whether `method` of the model or of a submodule (a wrapper passes **kwargs on to it) requires `name`."""
+    for module in model.modules():
+        if hasattr(module, method) and not only_variadic(getattr(module, method)):
+            parameter = inspect.signature(getattr(module, method)).parameters.get(name)
+            if parameter is not None and parameter.default is inspect.Parameter.empty:
+                return True
+    return False
+
+
 def only_variadic(function) -> bool:
     parameters = inspect.signature(function).parameters.values()
     return all(parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD) for parameter in parameters)
@@ -538,8 +769,10 @@ def only_variadic(function) -> bool:
 def placeholder_block(model, config, modality: Modality, placeholder: int, media: dict, batch: int) -> torch.Tensor:
     """(batch, n) tokens: each sample's share of the features as placeholders, framed by the start/end tokens."""
     accepted = inspect.signature(getattr(model, modality.features)).parameters
+    # a method that takes **kwargs passes them on (to the inner model's method): it gets every media input
+    takes_all = any(parameter.kind is parameter.VAR_KEYWORD for parameter in accepted.values())
     with torch.no_grad():
-        features = getattr(model, modality.features)(**{k: v for k, v in media.items() if k in accepted})
+        features = getattr(model, modality.features)(**{k: v for k, v in media.items() if k in accepted or takes_all})
     count = feature_count(features) // batch
     start, end = token_id(config, *modality.start), token_id(config, *modality.end)
     block = [start] * (start is not None) + [placeholder] * count + [end] * (end is not None)

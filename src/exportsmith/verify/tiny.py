@@ -52,7 +52,8 @@ SIZE_RULES: tuple[tuple[str, int], ...] = (
     (r"(\w+_)?vocab_size(_\w+)?|num_embeddings|codebook_size|num_codevectors_per_group|\w+_group_vocab", VOCAB_SIZE),
     # key/value heads before heads
     (
-        r"(\w+_)?(num_key_value_heads|num_kv_heads|kv_n_heads|num_key_value_attention_heads|linear_num_key_heads)",
+        r"(\w+_)?(num_key_value_heads|num_kv_heads|kv_n_heads|num_key_value_attention_heads|linear_num_key_heads)"
+        r"(_per_layer)?",
         NUM_KV_HEADS,
     ),
     (
@@ -209,8 +210,11 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "bamba": {"attn_layer_indices": [1]},
     "granitemoehybrid": {"layer_types": ["linear_attention", "full_attention"]},
     # The defaults lack attributes the modeling code reads (the default model does not build either).
-    "moonshine_streaming": {"num_key_value_heads": NUM_KV_HEADS},
-    "qwen3_omni_moe": {"talker_config.text_config.shared_expert_intermediate_size": 2 * HIDDEN_SIZE},
+    "qwen3_omni_moe": {
+        "talker_config.text_config.shared_expert_intermediate_size": 2 * HIDDEN_SIZE,
+        "talker_config.spatial_merge_size": 2,  # the vision tower's
+        "thinker_config.vision_start_token_id": SPECIAL_IDS - 1,  # an unused special id
+    },
     # Attributes that the composite config sets on its parts, read by the part's modeling code when it is built alone.
     "t5gemma2_text": {"dropout_rate": 0.0},
     "t5gemma2_decoder": {"dropout_rate": 0.0},
@@ -306,6 +310,86 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
         **{f"vision_config.{name}": value for name, value in EFFICIENTNET_B0.items()},
         "projection_dim": EFFICIENTNET_B0["out_channels"][-1],
     },
+    # Stems that downsample by a fixed 16 whatever `patch_size` says: the grid their position biases (LeViT) or the
+    # matting decoder's fusion (ViTMatte's four stride-2 stages) are built for follows the real stride.
+    "levit": {"patch_size": 16},
+    "vitmatte": {"backbone_config.patch_size": 16},
+    # The stem's width is the first stage's input (hidden_sizes[0], scaled to 8).
+    "textnet": {"stem_out_channels": 8},
+    # The metric head's bottleneck is the fused neck's output (fusion_hidden_size).
+    "zoedepth": {"bottleneck_features": HIDDEN_SIZE},
+    # The vision adapter's input is the tower's output after a 2 x 2 pixel shuffle: four tiny widths.
+    "muse_glimmer": {"out_hidden_size": 4 * HIDDEN_SIZE},
+    "muse_spark": {"out_hidden_size": 4 * HIDDEN_SIZE},
+    # Its attention reads `num_key_value_heads` as the number of query heads (a multi-head model: they are equal).
+    "moonshine_streaming": {"num_key_value_heads": NUM_HEADS},
+    # The adapters are per language and the forward needs one: the first of `languages`.
+    "xmod": {"default_language": "en_XX"},
+    # DepthPro cuts the image, scaled down to a quarter at least, into patches of its towers' image size
+    # (`patch_size`: a quarter of the tiny image) and taps two of their layers, by index among the tiny ones.
+    "depth_pro": {"patch_size": IMAGE_SIZE // 4, "intermediate_hook_ids": [1, 0]},
+    # Validators the generic rule does not know: Dory's input, recurrent and output layers add up to its layers (one
+    # each); FunASR's adaptor is a quarter of the text width.
+    # (serialized as attention and mlp blocks, two per layer: three layers are six blocks)
+    "dory": {
+        "num_hidden_layers": 6,
+        "n_input_layers": 2,
+        "n_recurrent_layers": 2,
+        "n_output_layers": 2,
+        "layer_types": ["sliding_attention", "mlp"] * 3,
+    },
+    "fun_asr_nano": {"adaptor_config.intermediate_size": HIDDEN_SIZE // 4},
+    # Five stride-2 stages, then 2 x 2 patches unfolded: an image of 64 leaves them a 2 x 2 map.
+    "mobilevitv2": {"image_size": 2 * IMAGE_SIZE},
+    # ERNIE-4.5-VL interleaves the height and width rotary sections pairwise: they must be equal (its default is
+    # [22, 22, 20] for a head of 128).
+    "ernie4_5_vl_moe": {"text_config.rope_parameters.mrope_section": [3, 3, 2]},
+    "ernie4_5_vl_moe_text": {"rope_parameters.mrope_section": [3, 3, 2]},
+    # PaddleOCR-VL reads a default section for a head of 128 ([16, 24, 24]) unless the config has one.
+    "paddleocr_vl": {"text_config.rope_parameters.mrope_section": [2, 3, 3]},
+    # The audio tower's output is the text width (its `output_dim`, a name the width rule leaves alone).
+    "qwen3_asr": {"audio_config.output_dim": HIDDEN_SIZE},
+    # CLAP's audio Swin doubles its patch width at each of its (two tiny) stages up to the width it projects from.
+    "clap": {"audio_config.patch_embeds_hidden_size": HIDDEN_SIZE // 2},
+    # Granite Speech 5's encoder projects keys and values for every head but still repeats them by
+    # heads / kv heads: multi-head only.
+    "granite_speech5_encoder": {"num_key_value_heads": NUM_HEADS},
+    "granite_speech5_ctc": {"encoder_config.num_key_value_heads": NUM_HEADS},
+    # xLSTM's cache sizes its matrix memory with the full head width for queries/keys: the defaults' half-width
+    # keys (qk_dim_factor 0.5) fail the recurrent step's shape check.
+    "xlstm": {"qk_dim_factor": 1.0},
+    # Llama 4's vision adapter takes the pixel-shuffled width (four tiny widths at ratio 0.5) as its MLP's input.
+    "llama4_vision_model": {
+        "intermediate_size": 4 * HIDDEN_SIZE,
+        "projector_input_dim": HIDDEN_SIZE,
+        "projector_output_dim": HIDDEN_SIZE,
+        "vision_output_dim": HIDDEN_SIZE,
+    },
+    # Aria's projector has a number of queries per image patch count: the tiny image's 8 x 8 patches.
+    "aria": {"projector_patch_to_query_dict": {(IMAGE_SIZE // PATCH_SIZE) ** 2: 16}},
+    # Placeholder ids its processor sets (the config leaves them None): an unused special id.
+    "nemotron_h_omni": {"image_token_id": SPECIAL_IDS - 1},
+    # Gemma 4's vision pooler averages k x k patches: a k that divides the tiny 8 x 8 patch grid.
+    "gemma4_vision": {"pooling_kernel_size": 2},
+    # SuperGlue matches SuperPoint's descriptors at its own width.
+    "superglue": {"keypoint_detector_config.descriptor_decoder_dim": HIDDEN_SIZE},
+    # Janus' VQ encoder halves the image four times (five channel levels): `num_patches` per side of the tiny image.
+    "janus_vqgan": {"num_patches": IMAGE_SIZE // 16},
+    # PP-DocLayout V2 keeps a score threshold and a reading order per class, set by its checkpoints (None by
+    # default): one each for its two default labels.
+    "pp_doclayout_v2": {"class_thresholds": [0.5, 0.5], "class_order": [0, 1]},
+    # CLVP's encoders rotate at least 32 dims of each head: heads of 32.
+    "clvp_encoder": {"num_attention_heads": HIDDEN_SIZE // 32},
+    "clvp": {
+        "text_config.num_attention_heads": HIDDEN_SIZE // 32,
+        "speech_config.num_attention_heads": HIDDEN_SIZE // 32,
+    },
+    # EfficientLoFTR's 2D rotary embedding spans half the width: head dim x factor = width / 2 (4 heads of 16).
+    "efficientloftr": {"rope_parameters.partial_rotary_factor": HIDDEN_SIZE / 2 / HEAD_DIM},
+    # Mllama's tower taps layers by index among its layers' outputs (no embeddings entry): five taps, of two layers.
+    "mllama_vision_model": {"intermediate_layers_indices": [0, 0, 0, 1, 1]},
+    # Molmo 2's tower has a position embedding per patch of its default image: one per tiny patch.
+    "molmo2_vision": {"num_position_embeddings": (IMAGE_SIZE // PATCH_SIZE) ** 2},
 }
 
 
@@ -361,6 +445,7 @@ def shrink_config_fields(config_class: type, values: dict, token_ids: "TokenIds"
     listed = values
     values = {name: value for name, value in values.items() if name in fields or name not in derived}
     old_layers = layer_count(values)
+    small_vocab = isinstance(values.get("vocab_size"), int) and values["vocab_size"] <= SPECIAL_IDS
     # widths also listed per block in `block_configs` (nested lists no rule rewrites) must stay as they are
     width_scale = None if "block_configs" in values else shared_width_scale(values)
     shrunk = {}
@@ -370,8 +455,10 @@ def shrink_config_fields(config_class: type, values: dict, token_ids: "TokenIds"
                 value = resnet_backbone(value)
             sub_class = sub_config_class(config_class, name, value)
             shrunk[name] = {**shrink_config_fields(sub_class, value, token_ids), "model_type": sub_class.model_type}
-        elif TOKEN_ID.fullmatch(name):
+        elif TOKEN_ID.fullmatch(name) and not small_vocab:
             shrunk[name] = token_ids.map(name, value)
+        elif TOKEN_ID.fullmatch(name):
+            shrunk[name] = value  # ids of a vocabulary smaller than the special ids (a few markers) stay in it
         else:
             shrunk[name] = shrink_value(name, value, old_layers, width_scale)
     derived_sizes(config_class, values, shrunk)
@@ -402,6 +489,9 @@ def derived_sizes(config_class: type, values: dict, shrunk: dict) -> None:
     if "kv_lora_rank" in values and isinstance(shrunk.get("num_key_value_heads"), int):
         # multi-latent attention: keys and values are per head, none are shared
         shrunk["num_key_value_heads"] = shrunk.get("num_attention_heads", NUM_HEADS)
+    if all(isinstance(shrunk.get(name), int) for name in ("qk_head_dim", "qk_nope_head_dim", "qk_rope_head_dim")):
+        # multi-latent attention: a query/key head is its position-free part and its rotary part
+        shrunk["qk_head_dim"] = shrunk["qk_nope_head_dim"] + shrunk["qk_rope_head_dim"]
     if isinstance(shrunk.get("rotary_dim"), int) and head_dim:  # a partial rotary dim keeps its share of the head
         shrunk["rotary_dim"] = max(2, 2 * round(values["rotary_dim"] * HEAD_DIM / head_dim / 2))
     expand = next((shrunk[name] for name in ("mamba_expand", "expand") if isinstance(shrunk.get(name), int)), None)
