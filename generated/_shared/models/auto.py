@@ -11,14 +11,16 @@ _PACKAGE = __name__.rsplit("._shared.", 1)[0]
 
 
 def _generated(model_class: type) -> type:
-    """The class of the same name in this package's copy of the model's module, else `model_class` itself."""
+    """The class of the same name in this package's copy of the module that defines `model_class` (the module, not
+    the model package: parts of models are not all in its `__init__`), else `model_class` itself."""
     parts = model_class.__module__.split(".")
-    if parts[:2] != ["transformers", "models"] or len(parts) < 3:
+    if parts[:2] != ["transformers", "models"] or len(parts) < 4:
         return model_class
-    package = f"{_PACKAGE}.{parts[2]}"
-    if importlib.util.find_spec(package) is None:
+    name = ".".join([_PACKAGE, *parts[2:]])
+    # a model this package does not hold, or a module of it that is not vendored
+    if importlib.util.find_spec(f"{_PACKAGE}.{parts[2]}") is None or importlib.util.find_spec(name) is None:
         return model_class
-    return getattr(importlib.import_module(package), model_class.__name__, model_class)
+    return getattr(importlib.import_module(name), model_class.__name__, model_class)
 
 
 class _PreferGenerated:
