@@ -154,11 +154,12 @@ def cache_registered():
 
 
 def install_package(monkeypatch, name: str, causal_lm_class: type) -> str:
-    """Put `<name>.llama` with `causal_lm_class` as its LlamaForCausalLM in sys.modules."""
-    llama = types.ModuleType(f"{name}.llama")
-    llama.LlamaForCausalLM = causal_lm_class
+    """Put `<name>.llama.modeling_llama` with `causal_lm_class` as its LlamaForCausalLM in sys.modules."""
+    modeling = types.ModuleType(f"{name}.llama.modeling_llama")
+    modeling.LlamaForCausalLM = causal_lm_class
     monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, f"{name}.llama", llama)
+    monkeypatch.setitem(sys.modules, f"{name}.llama", types.ModuleType(f"{name}.llama"))
+    monkeypatch.setitem(sys.modules, f"{name}.llama.modeling_llama", modeling)
     return name
 
 
