@@ -747,3 +747,11 @@ def test_text_tokens_come_from_a_wrapped_model_s_vocabulary():
     model = build_tiny_model(cls, config_for(cls, tiny_config("fastspeech2_conformer_with_hifigan")))
     assert dummy_inputs(model)["input_ids"].max() < model.config.model_config.vocab_size
     assert check_eager("fastspeech2_conformer_with_hifigan")["status"] == "ok"
+
+
+def test_an_audio_lm_that_expands_its_placeholder_gets_one_per_sample():
+    _, cls = model_class("qwen2_audio")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("qwen2_audio")))
+    input_ids = dummy_inputs(model)["input_ids"]
+    assert (input_ids == model.config.audio_token_index).sum(1).tolist() == [1, 1]
+    assert check_eager("qwen2_audio")["status"] == "ok"

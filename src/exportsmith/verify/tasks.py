@@ -705,10 +705,17 @@ def text_inputs(
     for kind, modality in enumerate(MODALITIES, start=1):
         placeholder = token_id(config, *modality.placeholder)
         owner = feature_owner(model, modality.features)
-        if set(modality.media) & set(media) and placeholder is not None and owner is not None:
+        if not set(modality.media) & set(media) or placeholder is None:
+            continue
+        if owner is not None:
             block = placeholder_block(owner, config, modality, placeholder, media, shape.batch)
-            input_ids = torch.cat([input_ids[:, :2], block, input_ids[:, 2:]], dim=1)
-            token_types = torch.cat([token_types[:, :2], (block == placeholder).long() * kind, token_types[:, 2:]], 1)
+        elif modality is MODALITIES[1]:
+            # an audio LM without get_audio_features (Qwen2-Audio) expands one placeholder per sample itself
+            block = torch.full((shape.batch, 1), placeholder, dtype=torch.long)
+        else:
+            continue
+        input_ids = torch.cat([input_ids[:, :2], block, input_ids[:, 2:]], dim=1)
+        token_types = torch.cat([token_types[:, :2], (block == placeholder).long() * kind, token_types[:, 2:]], 1)
     position_mask = None
     if "image_embeds_position_mask" in parameters and "pixel_values" in media:
         # Kosmos-2: the image's latent queries replace as many tokens, which a mask marks (after the first token)
