@@ -755,3 +755,10 @@ def test_an_audio_lm_that_expands_its_placeholder_gets_one_per_sample():
     input_ids = dummy_inputs(model)["input_ids"]
     assert (input_ids == model.config.audio_token_index).sum(1).tolist() == [1, 1]
     assert check_eager("qwen2_audio")["status"] == "ok"
+
+
+def test_a_part_whose_input_is_another_part_s_output_is_run_inside_its_container():
+    # Sam3DetrEncoder has a class but no auto mapping; it takes the vision tower's features
+    record = check_eager("sam3_detr_encoder")
+    assert record["status"] == "ok" and record["reason"] == "built as part of sam3", record
+    assert record["model_class"] == "Sam3Model"
