@@ -762,3 +762,10 @@ def test_a_part_whose_input_is_another_part_s_output_is_run_inside_its_container
     record = check_eager("sam3_detr_encoder")
     assert record["status"] == "ok" and record["reason"] == "built as part of sam3", record
     assert record["model_class"] == "Sam3Model"
+
+
+def test_granite_docling_s_mask_marks_real_tiles():
+    _, cls = model_class("granite_docling")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("granite_docling")))
+    assert dummy_inputs(model)["pixel_attention_mask"].shape == (2, 1)
+    assert check_eager("granite_docling")["status"] == "ok"

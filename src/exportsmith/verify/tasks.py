@@ -500,7 +500,10 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
     if "pixel_attention_mask" in parameters:  # Idefics-style: a list of images per sample, and which pixels are real
         return {
             "pixel_values": torch.randn((batch, 1, channels, height, width), generator=generator),
-            "pixel_attention_mask": torch.ones((batch, 1, height, width), dtype=torch.bool),
+            # which pixels are real; Granite Docling's mask says which tiles are
+            "pixel_attention_mask": torch.ones(
+                (batch, 1) if config.model_type in TILE_MASKS else (batch, 1, height, width), dtype=torch.bool
+            ),
         }
     pixels = (batch, channels, height, width)
     if not requires_image_sizes(model):
@@ -514,6 +517,8 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
     return {"pixel_values": torch.randn(pixels, generator=generator), "image_sizes": sizes}
 
 
+# Idefics-style models whose pixel_attention_mask marks real tiles (batch, tiles), not real pixels.
+TILE_MASKS = ("granite_docling",)
 # Vision towers of video models that take every clip's frames flattened into the batch: (clips x frames, C, H, W).
 FRAMES_IN_BATCH = ("xclip_vision_model",)
 # Inputs that come with flattened patches (a model that patchifies images itself, RADIO, has none of them).
