@@ -453,7 +453,9 @@ def image_size(vision) -> tuple[int, int, int]:
 def image_inputs(model, config, parameters: set[str], shape: InputShape, generator: torch.Generator) -> dict:
     batch = shape.batch
     for grid_name in ("image_grid_thw", "grid_thw", "image_grid_hw"):
-        if grid_name in parameters:
+        # an image-only grid only where the image features need it: RADIO takes it optionally beside whole images
+        optional = grid_name == "image_grid_hw" and not feature_method_requires(model, "get_image_features", grid_name)
+        if grid_name in parameters and not optional:
             inputs = patch_inputs(model, config, "pixel_values", grid_name, shape, generator)
             for merge_name in {"merge_sizes", "image_merge_sizes"} & parameters:
                 # the processor's choice of patches merged per side: 1 (none), which every grid allows
