@@ -578,7 +578,8 @@ def test_a_grid_of_images_only_has_height_and_width():
 
 
 @pytest.mark.parametrize(
-    "model_type", ["llama4_vision_model", "aria", "molmo2_vision", "efficientloftr", "superglue", "janus_vqgan"]
+    "model_type",
+    ["llama4_vision_model", "aria", "molmo2_vision", "efficientloftr", "superglue", "janus_vqgan", "xcodec"],
 )
 def test_vision_towers_sized_for_the_tiny_patch_grid(model_type):
     assert tiny.MODEL_OVERRIDES[model_type]
