@@ -578,7 +578,8 @@ def test_a_grid_of_images_only_has_height_and_width():
 
 
 @pytest.mark.parametrize(
-    "model_type", ["llama4_vision_model", "aria", "molmo2_vision", "efficientloftr", "superglue", "janus_vqgan"]
+    "model_type",
+    ["llama4_vision_model", "aria", "molmo2_vision", "efficientloftr", "superglue", "janus_vqgan", "xcodec"],
 )
 def test_vision_towers_sized_for_the_tiny_patch_grid(model_type):
     assert tiny.MODEL_OVERRIDES[model_type]
@@ -747,3 +748,25 @@ def test_text_tokens_come_from_a_wrapped_model_s_vocabulary():
     model = build_tiny_model(cls, config_for(cls, tiny_config("fastspeech2_conformer_with_hifigan")))
     assert dummy_inputs(model)["input_ids"].max() < model.config.model_config.vocab_size
     assert check_eager("fastspeech2_conformer_with_hifigan")["status"] == "ok"
+
+
+def test_an_audio_lm_that_expands_its_placeholder_gets_one_per_sample():
+    _, cls = model_class("qwen2_audio")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("qwen2_audio")))
+    input_ids = dummy_inputs(model)["input_ids"]
+    assert (input_ids == model.config.audio_token_index).sum(1).tolist() == [1, 1]
+    assert check_eager("qwen2_audio")["status"] == "ok"
+
+
+def test_a_part_whose_input_is_another_part_s_output_is_run_inside_its_container():
+    # Sam3DetrEncoder has a class but no auto mapping; it takes the vision tower's features
+    record = check_eager("sam3_detr_encoder")
+    assert record["status"] == "ok" and record["reason"] == "built as part of sam3", record
+    assert record["model_class"] == "Sam3Model"
+
+
+def test_granite_docling_s_mask_marks_real_tiles():
+    _, cls = model_class("granite_docling")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("granite_docling")))
+    assert dummy_inputs(model)["pixel_attention_mask"].shape == (2, 1)
+    assert check_eager("granite_docling")["status"] == "ok"

@@ -91,20 +91,39 @@ def holds_config(config, config_class: type) -> bool:
 
 def check_eager(model_type: str) -> dict:
     """Build the tiny model of `model_type` (refused above the budget, or when it needs a missing optional package)
-    and run one eager forward on dummy inputs. A part of a model without a class of its own (a mask decoder) is
-    built and run inside its container (`containing_model_type`), whose class the record names."""
+    and run one eager forward on dummy inputs. A part of a model without a class of its own (a mask decoder), or
+    with a class in no auto mapping whose main input (another part's output) cannot be built, is built and run
+    inside its container (`containing_model_type`), whose class the record names."""
     try:
-        model_class(model_type)
+        task, _ = model_class(model_type)
     except LookupError as error:
         container = containing_model_type(model_type)
         if container is None:
             return {"params": None, "model_class": None, "status": "build-error", "reason": first_line(error)}
-        record = check_eager(container)
-        if record["status"] == "ok" and not holds_config(tiny_config(container), CONFIG_MAPPING[model_type]):
-            reason = f"part of {container}, whose default config leaves it out: it is never built"
-            return {"params": None, "model_class": None, "status": "build-error", "reason": reason}
-        reason = f"built as part of {container}" + (f": {record['reason']}" if record["reason"] else "")
-        return {**record, "reason": reason}
+        return check_in_container(model_type, container)
+    record = check_alone(model_type)
+    if task == "config-class" and record["status"] == "eager-error" and UNBUILDABLE_INPUT in record["reason"]:
+        # a part with a class of its own but no auto mapping (a DETR encoder taking another part's features):
+        # its container builds what it takes
+        container = containing_model_type(model_type)
+        if container is not None:
+            return check_in_container(model_type, container)
+    return record
+
+
+UNBUILDABLE_INPUT = "cannot build the main input"
+
+
+def check_in_container(model_type: str, container: str) -> dict:
+    record = check_eager(container)
+    if record["status"] == "ok" and not holds_config(tiny_config(container), CONFIG_MAPPING[model_type]):
+        reason = f"part of {container}, whose default config leaves it out: it is never built"
+        return {"params": None, "model_class": None, "status": "build-error", "reason": reason}
+    reason = f"built as part of {container}" + (f": {record['reason']}" if record["reason"] else "")
+    return {**record, "reason": reason}
+
+
+def check_alone(model_type: str) -> dict:
     stage = "build-error"
     record = {"params": None, "model_class": None}
     try:

@@ -453,7 +453,9 @@ def image_size(vision) -> tuple[int, int, int]:
 def image_inputs(model, config, parameters: set[str], shape: InputShape, generator: torch.Generator) -> dict:
     batch = shape.batch
     for grid_name in ("image_grid_thw", "grid_thw", "image_grid_hw"):
-        if grid_name in parameters:
+        # an image-only grid only where the image features need it: RADIO takes it optionally beside whole images
+        optional = grid_name == "image_grid_hw" and not feature_method_requires(model, "get_image_features", grid_name)
+        if grid_name in parameters and not optional:
             inputs = patch_inputs(model, config, "pixel_values", grid_name, shape, generator)
             for merge_name in {"merge_sizes", "image_merge_sizes"} & parameters:
                 # the processor's choice of patches merged per side: 1 (none), which every grid allows
@@ -500,7 +502,10 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
     if "pixel_attention_mask" in parameters:  # Idefics-style: a list of images per sample, and which pixels are real
         return {
             "pixel_values": torch.randn((batch, 1, channels, height, width), generator=generator),
-            "pixel_attention_mask": torch.ones((batch, 1, height, width), dtype=torch.bool),
+            # which pixels are real; Granite Docling's mask says which tiles are
+            "pixel_attention_mask": torch.ones(
+                (batch, 1) if config.model_type in TILE_MASKS else (batch, 1, height, width), dtype=torch.bool
+            ),
         }
     pixels = (batch, channels, height, width)
     if not requires_image_sizes(model):
@@ -514,6 +519,8 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
     return {"pixel_values": torch.randn(pixels, generator=generator), "image_sizes": sizes}
 
 
+# Idefics-style models whose pixel_attention_mask marks real tiles (batch, tiles), not real pixels.
+TILE_MASKS = ("granite_docling",)
 # Vision towers of video models that take every clip's frames flattened into the batch: (clips x frames, C, H, W).
 FRAMES_IN_BATCH = ("xclip_vision_model",)
 # Inputs that come with flattened patches (a model that patchifies images itself, RADIO, has none of them).
@@ -705,10 +712,17 @@ def text_inputs(
     for kind, modality in enumerate(MODALITIES, start=1):
         placeholder = token_id(config, *modality.placeholder)
         owner = feature_owner(model, modality.features)
-        if set(modality.media) & set(media) and placeholder is not None and owner is not None:
+        if not set(modality.media) & set(media) or placeholder is None:
+            continue
+        if owner is not None:
             block = placeholder_block(owner, config, modality, placeholder, media, shape.batch)
-            input_ids = torch.cat([input_ids[:, :2], block, input_ids[:, 2:]], dim=1)
-            token_types = torch.cat([token_types[:, :2], (block == placeholder).long() * kind, token_types[:, 2:]], 1)
+        elif modality is MODALITIES[1]:
+            # an audio LM without get_audio_features (Qwen2-Audio) expands one placeholder per sample itself
+            block = torch.full((shape.batch, 1), placeholder, dtype=torch.long)
+        else:
+            continue
+        input_ids = torch.cat([input_ids[:, :2], block, input_ids[:, 2:]], dim=1)
+        token_types = torch.cat([token_types[:, :2], (block == placeholder).long() * kind, token_types[:, 2:]], 1)
     position_mask = None
     if "image_embeds_position_mask" in parameters and "pixel_values" in media:
         # Kosmos-2: the image's latent queries replace as many tokens, which a mask marks (after the first token)

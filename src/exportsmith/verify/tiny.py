@@ -373,6 +373,9 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "gemma4_vision": {"pooling_kernel_size": 2},
     # SuperGlue matches SuperPoint's descriptors at its own width.
     "superglue": {"keypoint_detector_config.descriptor_decoder_dim": HIDDEN_SIZE},
+    # X-Codec quantizes the acoustic features (DAC's width, derived from its tiny encoder: 256) and the semantic
+    # ones (the tiny width) side by side.
+    "xcodec": {"codebook_dim": 256 + HIDDEN_SIZE},
     # Janus' VQ encoder halves the image four times (five channel levels): `num_patches` per side of the tiny image.
     "janus_vqgan": {"num_patches": IMAGE_SIZE // 16},
     # PP-DocLayout V2 keeps a score threshold and a reading order per class, set by its checkpoints (None by
