@@ -59,10 +59,11 @@ def test_a_copy_that_differs_only_under_export_is_a_mismatch(monkeypatch):
                 out.logits = out.logits + 1e-3
             return out
 
-    module = types.ModuleType("onnx_perturbed_llama.llama")
+    module = types.ModuleType("onnx_perturbed_llama.llama.modeling_llama")
     module.LlamaForCausalLM = LlamaForCausalLM
-    monkeypatch.setitem(sys.modules, "onnx_perturbed_llama", types.ModuleType("onnx_perturbed_llama"))
-    monkeypatch.setitem(sys.modules, "onnx_perturbed_llama.llama", module)
+    for name in ("onnx_perturbed_llama", "onnx_perturbed_llama.llama"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "onnx_perturbed_llama.llama.modeling_llama", module)
     result = verify_onnx("llama", package="onnx_perturbed_llama")
     assert result.failure == "mismatch", result.summary
     assert all(record.max_diff == pytest.approx(1e-3, abs=ONNX_MAX_ABS_DIFF) for record in result.cases)
