@@ -13,6 +13,12 @@ first statement. Under export the original reaches the same `return` (the `or` s
 the skipped statements only bound locals. The one difference: an error they would raise (an out-of-range gather on an
 inconsistent mask) is not raised under export. Eager is unchanged (the new test is False there).
 
+The transformers 4.56/4.57 form binds the flag first and tests it at the end: `is_tracing = <a or-chain holding
+is_torchdynamo_compiling()>`, statements that bind locals, `if not is_tracing and <...>: return <literal>`, and a last
+`return <literal>`. Under torch.compile and export the flag is True, so the function returns the last literal; such a
+function gets `if is_torchdynamo_compiling(): return <last literal>` first (the skipped statements call nothing
+with side effects: the or-chain's other calls only read tracing state).
+
 What it refuses: a function where anything else (a call statement, a `return`, an attribute or item assignment, a loop)
 comes before the test is left unchanged with a finding; a function whose first statement is already the early return
 is skipped.
@@ -35,6 +41,9 @@ EXPORT_RETURN = m.If(
     orelse=None,
 )
 EARLY_RETURN = m.If(test=EXPORTING, body=RETURN_LITERAL, orelse=None)
+COMPILING = m.Call(func=m.Name("is_torchdynamo_compiling"), args=[])
+COMPILING_RETURN = m.If(test=COMPILING, body=RETURN_LITERAL, orelse=None)
+LITERAL = m.Name("False") | m.Name("True") | m.Name("None")
 LOCAL_ASSIGN = m.SimpleStatementLine(
     body=[
         m.OneOf(
@@ -44,6 +53,13 @@ LOCAL_ASSIGN = m.SimpleStatementLine(
     ]
 )
 LOCAL_BLOCK = LOCAL_ASSIGN | m.If(body=m.IndentedBlock(body=[m.AtLeastN(n=1, matcher=LOCAL_ASSIGN)]), orelse=None)
+
+COMPILING_TEMPLATE = """
+# Under torch.compile and export `{flag}` is True: this function returns {value} at its end.
+# Returning first skips statements that only bind locals, whose shape tests would become export guards
+if is_torchdynamo_compiling():
+    return {value}
+"""
 
 TEMPLATE = """
 # Under export this function returns {value} below; returning first skips statements that only bind locals, whose
@@ -60,8 +76,34 @@ def _is_docstring(stmt: cst.BaseStatement) -> bool:
     )
 
 
+# Calls that return a new tensor: an augmented assignment to a name bound from one changes nothing outside
+FRESH_TENSOR = m.Call(
+    func=m.Attribute(
+        value=m.Name("torch"),
+        attr=m.Name("arange") | m.Name("zeros") | m.Name("ones") | m.Name("full") | m.Name("empty"),
+    )
+)
+
+
+def _fresh_augmented(block: cst.BaseSuite) -> bool:
+    """Each statement of `block` binds a local, or augments (`x += ...`) a name bound earlier in it to a new tensor."""
+    fresh = set()
+    for stmt in block.body:
+        if m.matches(stmt, LOCAL_ASSIGN):
+            assign = stmt.body[0]
+            names = {t.target.value for t in assign.targets} if isinstance(assign, cst.Assign) else set()
+            fresh = (fresh - names) | (names if m.matches(assign.value, FRESH_TENSOR) else set())
+        elif not m.matches(stmt, m.SimpleStatementLine(body=[m.AugAssign(target=m.Name())])) or (
+            stmt.body[0].target.value not in fresh
+        ):
+            return False
+    return True
+
+
 def _only_binds_locals(stmt: cst.BaseStatement) -> bool:
-    if not m.matches(stmt, LOCAL_BLOCK):
+    if not m.matches(stmt, LOCAL_BLOCK) and not (
+        m.matches(stmt, m.If(body=m.IndentedBlock(), orelse=None)) and _fresh_augmented(stmt.body)
+    ):
         return False
     # nothing inside may leave the function or write through an object
     return not m.findall(
@@ -79,7 +121,7 @@ class ExportEarlyReturn(Codemod):
 
     @classmethod
     def might_apply(cls, source: str) -> bool:
-        return "if is_torchdynamo_exporting()" in source
+        return "if is_torchdynamo_exporting()" in source or "is_torchdynamo_compiling()" in source
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         body = list(tree.body)
@@ -98,7 +140,9 @@ class ExportEarlyReturn(Codemod):
             (i for i in range(start, len(statements)) if m.matches(statements[i], EXPORT_RETURN)),
             None,
         )
-        if target is None or target == start or m.matches(statements[start], EARLY_RETURN):
+        if target is None:
+            return self._rewrite_compiling_flag(function, tree, statements, start)
+        if target == start or m.matches(statements[start], EARLY_RETURN):
             return function  # nothing runs before the test, or already rewritten
         construct = f"def {function.name.value}"
         line = top_level_lines(tree)[id(function)]
@@ -121,3 +165,62 @@ class ExportEarlyReturn(Codemod):
         statements[start + 1] = first.with_changes(leading_lines=())
         self.report(line, "rewritten", construct, f"returns {value} first under export")
         return function.with_changes(body=function.body.with_changes(body=statements))
+
+    def _rewrite_compiling_flag(self, function, tree, statements, start) -> cst.FunctionDef:
+        """The 4.x form: `flag = ... or is_torchdynamo_compiling()`, local bindings, `if not flag and ...: return A`,
+        `return B` -> `if is_torchdynamo_compiling(): return B` first."""
+        if len(statements) < start + 3 or m.matches(statements[start], COMPILING_RETURN):
+            return function  # too short for the form, or already rewritten
+        flag = _compiling_flag(statements[start])
+        test, last = statements[-2], statements[-1]
+        if (
+            flag is None
+            or not m.matches(last, m.SimpleStatementLine(body=[m.Return(value=LITERAL)]))
+            or not m.matches(test, m.If(body=RETURN_LITERAL, orelse=None))
+            or not _requires_not(test.test, flag)
+        ):
+            return function
+        construct = f"def {function.name.value}"
+        line = top_level_lines(tree)[id(function)]
+        between = statements[start + 1 : -2]
+        if any(not _only_binds_locals(stmt) or flag in _assigned_names(stmt) for stmt in between):
+            self.report(line, "refused", construct, f"a statement before the `{flag}` test does more than bind locals")
+            return function
+        value = last.body[0].value.value
+        early = cst.parse_statement(COMPILING_TEMPLATE.lstrip("\n").format(flag=flag, value=value))
+        first = statements[start]
+        statements[start:start] = [early.with_changes(leading_lines=[*first.leading_lines, *early.leading_lines])]
+        statements[start + 1] = first.with_changes(leading_lines=())
+        self.report(line, "rewritten", construct, f"returns {value} first under torch.compile and export")
+        return function.with_changes(body=function.body.with_changes(body=statements))
+
+
+def _compiling_flag(stmt: cst.BaseStatement) -> str | None:
+    """`flag` of `flag = a or b or is_torchdynamo_compiling()` (the call one operand of an `or` chain), else None."""
+    if not m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name())])])):
+        return None
+    assign = stmt.body[0]
+    operands, value = [], assign.value
+    while isinstance(value, cst.BooleanOperation) and isinstance(value.operator, cst.Or):
+        operands.append(value.right)
+        value = value.left
+    operands.append(value)
+    if len(operands) < 2 or not any(m.matches(operand, COMPILING) for operand in operands):
+        return None
+    return assign.targets[0].target.value
+
+
+def _requires_not(test: cst.BaseExpression, flag: str) -> bool:
+    """Whether `test` is `not flag` or an `and` chain with `not flag` as one of its operands (False when flag is)."""
+    not_flag = m.UnaryOperation(operator=m.Not(), expression=m.Name(flag))
+    while isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        if m.matches(test.right, not_flag):
+            return True
+        test = test.left
+    return m.matches(test, not_flag)
+
+
+def _assigned_names(stmt: cst.BaseStatement) -> set[str]:
+    return {target.target.value for target in m.findall(stmt, m.AssignTarget(target=m.Name()))} | {
+        node.target.value for node in m.findall(stmt, m.AnnAssign(target=m.Name()))
+    }

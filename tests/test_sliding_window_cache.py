@@ -43,6 +43,20 @@ def test_the_4_57_layer_is_rewritten_too():
     assert kinds == ["rewritten", "rewritten"]
 
 
+def test_the_4_57_compiling_flag_form_returns_first_and_refuses_what_it_cannot_prove():
+    # an argument augmented in place is not a local binding; a flag tested without `not` is not the form
+    path = FIXTURES / "export_early_return" / "compiling_flag_457.in.py"
+    findings = [
+        (f.kind, f.construct, f.reason)
+        for f in run_codemods(path.read_text(), path.name).findings
+        if f.codemod == "export-early-return"
+    ]
+    assert findings == [
+        ("rewritten", "def _ignore_causal_mask_sdpa", "returns False first under torch.compile and export"),
+        ("refused", "def augments_an_argument", "a statement before the `is_tracing` test does more than bind locals"),
+    ]
+
+
 def test_an_early_return_is_refused_when_something_else_runs_first():
     assert _findings("export_early_return", "refuse_side_effect") == [
         ("refused", "def logs_first", "a statement before the export test does more than bind locals"),
