@@ -43,8 +43,12 @@ def test_the_table_counts_each_subject_and_keeps_the_failure_class():
     assert rows["d"]["onnx"]["status"] == "skipped" and rows["b"]["onnx"]["status"] == "not-run"
     assert rows["c"]["onnx"]["status"] == "not-run"
     text = coverage.markdown(data, {"original": 7200.0, "dynamo-exporter": 0.0, "generated": 0.0, "onnx": 0.0})
-    assert "- **generated**: 2 of 4 architectures export and match eager (50.0%)" in text
-    assert "- **onnx**: 1 of 4 architectures export to ONNX and match eager in onnxruntime (25.0%)" in text
+    # a sweep that has not reached every model type says so
+    assert "- **generated**: 2 of 4 architectures export and match eager (50.0%; 1 not swept yet)" in text
+    assert (
+        "- **onnx**: 1 of 4 architectures export to ONNX and match eager in onnxruntime (25.0%; 2 not swept yet)"
+        in (text)
+    )
     assert (
         "| a | FooModel | **export-error**: ValueError: x `transformers/models/a/modeling_a.py:3` | ok | ok | ok |"
         in text

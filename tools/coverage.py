@@ -111,6 +111,12 @@ def markdown_cell(entry: dict) -> str:
     return f"**{entry['status']}**: {short(entry['reason'])}{where}"
 
 
+def unswept(data: dict, column: str) -> str:
+    """'; N not swept yet' when the column's sweep has not reached N model types (an interrupted sweep)."""
+    missing = sum(row[column]["status"] == "not-run" for row in data["models"])
+    return f"; {missing} not swept yet" if missing else ""
+
+
 def markdown(data: dict, model_seconds: dict[str, float]) -> str:
     total = data["total"]
     lines = [
@@ -130,12 +136,13 @@ def markdown(data: dict, model_seconds: dict[str, float]) -> str:
     for subject in SUBJECTS:
         ok = data["ok"][subject]
         lines.append(
-            f"- **{subject}**: {ok} of {total} architectures export and match eager ({100 * ok / total:.1f}%)"
+            f"- **{subject}**: {ok} of {total} architectures export and match eager"
+            f" ({100 * ok / total:.1f}%{unswept(data, subject)})"
         )
     ok = data["ok"][ONNX]
     lines.append(
         f"- **{ONNX}**: {ok} of {total} architectures export to ONNX and match eager in onnxruntime"
-        f" ({100 * ok / total:.1f}%)"
+        f" ({100 * ok / total:.1f}%{unswept(data, ONNX)})"
     )
     spent = ", ".join(f"{subject} {value / 3600:.1f} h" for subject, value in model_seconds.items())
     lines += ["", f"Time spent in the model processes (the sweep runs two at a time on 2 cores): {spent}."]
