@@ -265,3 +265,40 @@ def test_a_part_of_a_model_is_found_in_its_generated_modeling_module(monkeypatch
     original, generated = check.build_pair("llama", "generated")
     assert type(original) is part
     assert type(generated).__module__ == "generated.llama.modeling_llama" and type(generated).__name__ == part.__name__
+
+
+def test_a_copied_model_cache_that_is_registered_compares_with_the_unregistered_original(monkeypatch):
+    from exportsmith.verify import check
+
+    def cache_class(module):
+        cls = type("FakeModelCache", (), {"__module__": module})
+        cls.__qualname__ = "FakeModelCache"
+        return cls
+
+    original_class = cache_class("transformers.models.fake.modeling_fake")
+    copy_class = cache_class("generated.fake.modeling_fake")
+    pytree.register_pytree_node(copy_class, lambda c: ([c.keys], None), lambda children, _: copy_class())
+    try:
+        original, copy = original_class(), copy_class()
+        original.keys, copy.keys = torch.ones(2), torch.ones(2)
+        original.offset = copy.offset = torch.zeros(1)  # an attribute the registration does not flatten
+        assert check._same_or_registered_subclass(copy, original)
+        assert [t.shape for t in check.output_tensors([original])] == [t.shape for t in check.output_tensors([copy])]
+        assert len(check.output_tensors([copy])) == 2
+        # an unregistered copy, or another model's class, is refused
+        assert not check._same_or_registered_subclass(original_class(), copy)
+        assert not check._same_or_registered_subclass(cache_class("transformers.models.fake.x")(), copy)
+    finally:
+        pytree._deregister_pytree_node(copy_class)
+
+
+def test_check_onnx_records_the_onnx_verdict(monkeypatch):
+    from exportsmith.verify import isolate
+    from exportsmith.verify.onnx_check import OnnxResult
+
+    monkeypatch.setattr(
+        isolate, "verify_onnx", lambda model_type, package: OnnxResult(model_type).fail("ort-error", "x")
+    )
+    record = isolate.check_onnx("llama", "generated")
+    assert record == {"status": "ort-error", "reason": "x", "details": {"max_diff": None, "cases": 0}}
+    assert isolate.Record("llama", **{k: record[k] for k in ("status", "reason")}).status == "ort-error"
