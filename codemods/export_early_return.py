@@ -160,11 +160,8 @@ class ExportEarlyReturn(Codemod):
             return function
         value = statements[target].body.body[0].body[0].value.value
         early = cst.parse_statement(TEMPLATE.lstrip("\n").format(value=value))
-        first = statements[start]
-        statements[start:start] = [early.with_changes(leading_lines=[*first.leading_lines, *early.leading_lines])]
-        statements[start + 1] = first.with_changes(leading_lines=())
         self.report(line, "rewritten", construct, f"returns {value} first under export")
-        return function.with_changes(body=function.body.with_changes(body=statements))
+        return _insert_first(function, statements, start, early)
 
     def _rewrite_compiling_flag(self, function, tree, statements, start) -> cst.FunctionDef:
         """The 4.x form: `flag = ... or is_torchdynamo_compiling()`, local bindings, `if not flag and ...: return A`,
@@ -188,11 +185,17 @@ class ExportEarlyReturn(Codemod):
             return function
         value = last.body[0].value.value
         early = cst.parse_statement(COMPILING_TEMPLATE.lstrip("\n").format(flag=flag, value=value))
-        first = statements[start]
-        statements[start:start] = [early.with_changes(leading_lines=[*first.leading_lines, *early.leading_lines])]
-        statements[start + 1] = first.with_changes(leading_lines=())
         self.report(line, "rewritten", construct, f"returns {value} first under torch.compile and export")
-        return function.with_changes(body=function.body.with_changes(body=statements))
+        return _insert_first(function, statements, start, early)
+
+
+def _insert_first(function: cst.FunctionDef, statements: list, start: int, early: cst.If) -> cst.FunctionDef:
+    """`function` with `early` inserted at `start` of its `statements`; the lines before the old first statement
+    (its comments) move above `early`."""
+    first = statements[start]
+    statements[start:start] = [early.with_changes(leading_lines=[*first.leading_lines, *early.leading_lines])]
+    statements[start + 1] = first.with_changes(leading_lines=())
+    return function.with_changes(body=function.body.with_changes(body=statements))
 
 
 def _compiling_flag(stmt: cst.BaseStatement) -> str | None:

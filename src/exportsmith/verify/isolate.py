@@ -150,10 +150,15 @@ def check_alone(model_type: str) -> dict:
     return {**record, "status": "ok", "reason": ""}
 
 
-def check_export(model_type: str, subject: str, package: str, path: str | None = None) -> dict:
-    """`verify_model` of one subject, as a record; `path` goes first on sys.path (where `package` lives)."""
+def _path_first(path: str | None) -> None:
+    """Put `path` (where the package under test lives) first on sys.path, once."""
     if path is not None and path not in sys.path:
         sys.path.insert(0, path)
+
+
+def check_export(model_type: str, subject: str, package: str, path: str | None = None) -> dict:
+    """`verify_model` of one subject, as a record; `path` goes first on sys.path (where `package` lives)."""
+    _path_first(path)
     result = verify_model(model_type, package, subject)
     return {
         "status": "ok" if result.ok else result.failure,
@@ -167,8 +172,7 @@ def check_export(model_type: str, subject: str, package: str, path: str | None =
 
 def check_onnx(model_type: str, package: str, path: str | None = None) -> dict:
     """`verify_onnx` of the generated copy, as a record; `path` goes first on sys.path (where `package` lives)."""
-    if path is not None and path not in sys.path:
-        sys.path.insert(0, path)
+    _path_first(path)
     result = verify_onnx(model_type, package)
     return {
         "status": "ok" if result.ok else result.failure,
