@@ -29,7 +29,9 @@ def test_the_table_counts_each_subject_and_keeps_the_failure_class():
         "generated": {"a": record("ok"), "b": record("ok"), "d": record("export-error", "E")},
         "onnx": {"a": record("ok")},
     }
-    data = coverage.table(records, ["a", "b", "c", "d"])
+    # tools/ablation.py: `a` verifies only with cond-branches, `b` also without it
+    ablations = {"cond-branches": {"a": record("export-error", "E"), "b": record("ok")}}
+    data = coverage.table(records, ["a", "b", "c", "d"], ablations)
     assert data["total"] == 4
     assert data["ok"] == {"original": 1, "dynamo-exporter": 1, "generated": 2, "onnx": 1}
     rows = {row["model_type"]: row for row in data["models"]}
@@ -55,6 +57,22 @@ def test_the_table_counts_each_subject_and_keeps_the_failure_class():
     )
     assert "| d | FooModel | not run | not run | **export-error**: E | – |" in text
     assert f"transformers {data['transformers']}, torch {data['torch']}" in text
+    # moves against the original, among the model types both columns swept
+    assert data["moves"] == {"fixed": ["a"], "broken": [], "needs": {"cond-branches": ["a"]}}
+    assert "passes where the original fails for 1 model types, and fails where the original passes for 0." in text
+    assert "- verify only with the `cond-branches` rewrite (1; " in text and text.count("): a\n") == 1
+
+
+def test_a_model_the_generated_copy_breaks_is_named():
+    records = {
+        "original": {"a": record("ok")},
+        "dynamo-exporter": {},
+        "generated": {"a": record("mismatch", "max|diff| 1")},
+        "onnx": {},
+    }
+    data = coverage.table(records, ["a"], {})
+    assert data["moves"] == {"fixed": [], "broken": ["a"], "needs": {}}
+    assert "fails where the original passes for 1 (a)." in coverage.markdown(data, {})
 
 
 def test_long_reasons_are_cut_and_pipes_escaped():

@@ -149,11 +149,18 @@ def test_prefilter_never_skips_a_file_the_codemod_would_change():
 
 
 def test_cache_hits_skip_rendering_and_give_the_same_files(tmp_path, monkeypatch):
+    from codemods import ALL_CODEMODS
     from exportsmith import generate
     from exportsmith.content_cache import ContentCache
 
     cache = ContentCache(tmp_path / "cache")
     first = render(TF, ["gpt2", "minimax"], cache=cache)
+    # without one codemod (tools/ablation.py measures what it brings): not read from the full run's cache entries
+    without = tuple(codemod for codemod in ALL_CODEMODS if codemod.NAME != "cache-pytree")
+    ablated = render(TF, ["minimax"], cache=cache, codemods=without)
+    assert "Codemods that changed it: cache-pytree" in first.files["minimax/REWRITES.md"]
+    assert "cache-pytree" not in ablated.files["minimax/REWRITES.md"]
+    assert not any("cache-pytree" in change.applied for change in ablated.changes)
 
     def refuse(*args, **kwargs):
         raise AssertionError("rendered although cached")

@@ -69,7 +69,27 @@ def cell(record: dict | None) -> dict:
     return {"status": record["status"], "reason": record["reason"], "location": details.get("location")}
 
 
-def table(records: dict[str, dict[str, dict]], model_types: list[str]) -> dict:
+def moves(records: dict[str, dict[str, dict]], ablations: dict[str, dict[str, dict]], model_types: list[str]) -> dict:
+    """The model types the generated copy moves from failing to passing (and back) against the original, and per
+    codemod ablated by tools/ablation.py the ones that verify only with it."""
+
+    def ok(column: str, name: str) -> bool:
+        return records[column].get(name, {}).get("status") == "ok"
+
+    swept = [name for name in model_types if name in records["original"] and name in records["generated"]]
+    return {
+        "fixed": [name for name in swept if ok("generated", name) and not ok("original", name)],
+        "broken": [name for name in swept if ok("original", name) and not ok("generated", name)],
+        "needs": {
+            codemod: sorted(
+                name for name, record in found.items() if ok("generated", name) and record["status"] != "ok"
+            )
+            for codemod, found in sorted(ablations.items())
+        },
+    }
+
+
+def table(records: dict[str, dict[str, dict]], model_types: list[str], ablations: dict[str, dict[str, dict]]) -> dict:
     totals = {
         column: sum(records[column].get(name, {}).get("status") == "ok" for name in model_types) for column in COLUMNS
     }
@@ -91,6 +111,7 @@ def table(records: dict[str, dict[str, dict]], model_types: list[str]) -> dict:
         "command": COMMAND,
         "total": len(model_types),
         "ok": totals,
+        "moves": moves(records, ablations, model_types),
         "models": rows,
     }
 
@@ -144,6 +165,18 @@ def markdown(data: dict, model_seconds: dict[str, float]) -> str:
         f"- **{ONNX}**: {ok} of {total} architectures export to ONNX and match eager in onnxruntime"
         f" ({100 * ok / total:.1f}%{unswept(data, ONNX)})"
     )
+    moved = data["moves"]
+    lines += [
+        "",
+        f"The generated copy passes where the original fails for {len(moved['fixed'])} model types, and fails where the"
+        f" original passes for {len(moved['broken'])}"
+        + (f" ({', '.join(moved['broken'])})." if moved["broken"] else "."),
+    ]
+    for codemod, names in moved["needs"].items():
+        lines.append(
+            f"- verify only with the `{codemod}` rewrite ({len(names)}; the generated copy without it fails,"
+            f" `python tools/ablation.py {codemod}`): {', '.join(names) or 'none'}"
+        )
     spent = ", ".join(f"{subject} {value / 3600:.1f} h" for subject, value in model_seconds.items())
     lines += ["", f"Time spent in the model processes (the sweep runs two at a time on 2 cores): {spent}."]
     lines += ["", "| model type | class | " + " | ".join(COLUMNS) + " |", "|---|---|" + "---|" * len(COLUMNS)]
@@ -181,7 +214,10 @@ def main() -> int:
         for column in args.columns:
             sweep_column(column, model_types, args.work, package, args.jobs, args.timeout)
     records = {column: recorded(args.work / f"{column}.jsonl") for column in COLUMNS}
-    data = table(records, model_types)
+    ablations = {
+        path.stem.removeprefix("without-"): recorded(path) for path in sorted(args.work.glob("without-*.jsonl"))
+    }
+    data = table(records, model_types, ablations)
     model_seconds = {c: sum(r.get("seconds", 0.0) for r in records[c].values()) for c in COLUMNS}
     (args.out / "COVERAGE.json").write_text(json.dumps(data, indent=1) + "\n")
     (args.out / "COVERAGE.md").write_text(markdown(data, model_seconds))

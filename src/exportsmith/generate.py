@@ -22,7 +22,7 @@ import black
 import libcst as cst
 import libcst.matchers as m
 
-from codemods import ALL_CODEMODS
+from codemods import ALL_CODEMODS, Codemod
 
 from .content_cache import ContentCache, key
 from .discover import ModelFiles, Transformers
@@ -44,8 +44,8 @@ class Rendered:
         return tuple(change for group in self.groups.values() for change in group)
 
 
-def _change(tf: Transformers, path: Path) -> Change:
-    return run_codemods(path.read_text(encoding="utf-8"), tf.relpath(path), tf.module_name(path))
+def _change(tf: Transformers, path: Path, codemods: tuple[type[Codemod], ...]) -> Change:
+    return run_codemods(path.read_text(encoding="utf-8"), tf.relpath(path), tf.module_name(path), codemods)
 
 
 def _public_names(tree: cst.Module) -> list[str] | None:
@@ -114,12 +114,12 @@ def _record(model: ModelFiles, changes: list[Change]) -> str:
     return "".join(lines).rstrip("\n") + "\n"
 
 
-def _render_shared(tf: Transformers) -> dict:
+def _render_shared(tf: Transformers, codemods: tuple[type[Codemod], ...]) -> dict:
     """The vendored shared modules and their patch, plus the names models import from each vendored module."""
     files, added, patch, changes = {}, {}, [], []
     provided: dict[str, frozenset[str]] = {}
     for path in tf.shared_modules:
-        change = _change(tf, path)
+        change = _change(tf, path, codemods)
         changes.append(change.to_json())
         if change.error or not change.changed:
             continue
@@ -142,14 +142,16 @@ def _render_shared(tf: Transformers) -> dict:
     return {"files": files, "added": added, "changes": changes}
 
 
-def _render_model(tf: Transformers, module: str, added: dict[str, list[str]]) -> dict:
+def _render_model(
+    tf: Transformers, module: str, added: dict[str, list[str]], codemods: tuple[type[Codemod], ...]
+) -> dict:
     """The vendored package of one model module, as JSON-able data (it crosses processes and the cache). Modular
     files go through the same codemods: they are not vendored, but the upstream patch must edit them too, or
     transformers' `check_modular_conversion` rejects it."""
     model = tf.models[module]
     added_sets = {name: frozenset(names) for name, names in added.items()}
-    changes = [_change(tf, path) for path in model.modeling]
-    sources = [_change(tf, path) for path in model.modular]
+    changes = [_change(tf, path, codemods) for path in model.modeling]
+    sources = [_change(tf, path, codemods) for path in model.modular]
     files = {}
     for change in changes:
         if change.error:
@@ -202,20 +204,25 @@ def render(
     progress: Callable[[str], None] | None = None,
     jobs: int = 1,
     cache: ContentCache | None = None,
+    codemods: tuple[type[Codemod], ...] = ALL_CODEMODS,
 ) -> Rendered:
     """Every file of an output directory holding `modules` (module names, see `Transformers.resolve`).
 
     Models render in `jobs` processes; with a `cache`, a model whose inputs and tool are unchanged is read back
-    instead of rendered. `progress` gets a short line per model."""
+    instead of rendered. `progress` gets a short line per model. `codemods` (all of them by default) is a subset
+    only to measure what one codemod brings (tools/ablation.py)."""
     modules = sorted(set(modules))
+    selected = ",".join(codemod.NAME for codemod in codemods)
     shared = _cached(
         cache,
-        _inputs_key(tf, "shared", (*tf.shared_modules, tf.root / "models" / "auto" / "modeling_auto.py")),
-        lambda: _render_shared(tf),
+        _inputs_key(tf, "shared", (*tf.shared_modules, tf.root / "models" / "auto" / "modeling_auto.py"), selected),
+        lambda: _render_shared(tf, codemods),
     )
     added = shared["added"]
     added_key = json.dumps(added, sort_keys=True)
-    keys = {module: _inputs_key(tf, module, _model_inputs(tf.models[module]), added_key) for module in modules}
+    keys = {
+        module: _inputs_key(tf, module, _model_inputs(tf.models[module]), added_key, selected) for module in modules
+    }
     results = {}
     missing = []
     for module in modules:
@@ -225,7 +232,7 @@ def render(
         else:
             results[module] = value
     done = len(results)
-    for module, value in _map(functools.partial(_render_model, tf, added=added), missing, jobs):
+    for module, value in _map(functools.partial(_render_model, tf, added=added, codemods=codemods), missing, jobs):
         results[module] = value
         if cache is not None:
             cache.put(keys[module], value)

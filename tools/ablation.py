@@ -1,0 +1,83 @@
+"""What one codemod brings: the model types that verify only because of it (not a test; runs torch).
+
+    python tools/ablation.py cond-branches [--work build/coverage] [--jobs 2]
+
+Reads the coverage sweep of `tools/coverage.py` in WORK. The candidates are the model types whose generated copy
+verifies (`generated.jsonl`) and whose own modeling files the codemod changed (their `REWRITES.md`). The tool renders
+the same generated package without that codemod into `WORK/without-CODEMOD/generated`, verifies each candidate there
+exactly like the coverage sweep's generated column (isolated, resumable: `WORK/without-CODEMOD.jsonl`), and prints
+the candidates that fail without it: the model types that move from failing to passing because of that codemod.
+`tools/coverage.py` names them in COVERAGE.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from functools import partial
+from pathlib import Path
+
+from codemods import ALL_CODEMODS
+from exportsmith.content_cache import ContentCache
+from exportsmith.discover import find_transformers
+from exportsmith.generate import generated_modules, render, write_tree
+from exportsmith.verify.isolate import JOBS, check_export, recorded, sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT = 300.0  # seconds per model type, as in tools/coverage.py
+
+
+def changed_by(package: Path, codemod: str) -> dict[str, list[str]]:
+    """module -> its model types, for the modules of `package` whose modeling files `codemod` changed."""
+    found = {}
+    for record in sorted(package.glob("*/REWRITES.md")):
+        text = record.read_text(encoding="utf-8")
+        applied = [line.split(":", 1)[1] for line in text.splitlines() if line.startswith("Codemods that changed it:")]
+        if any(codemod in (name.strip() for name in names.split(",")) for names in applied):
+            types = next(line for line in text.splitlines() if line.startswith("Model types: "))
+            found[record.parent.name] = types.removeprefix("Model types: ").split(", ")
+    return found
+
+
+def main() -> int:
+    names = [codemod.NAME for codemod in ALL_CODEMODS]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("codemod", choices=names)
+    parser.add_argument("--work", type=Path, default=ROOT / "build" / "coverage", help="the coverage sweep's records")
+    parser.add_argument("--jobs", type=int, default=JOBS)
+    parser.add_argument("--timeout", type=float, default=TIMEOUT)
+    parser.add_argument("--fresh", action="store_true", help="forget the records of an earlier run")
+    args = parser.parse_args()
+    package = args.work / "generated"
+    verified = {name for name, record in recorded(args.work / "generated.jsonl").items() if record["status"] == "ok"}
+    if not package.is_dir() or not verified:
+        print(f"no coverage sweep in {args.work}: run tools/coverage.py first", file=sys.stderr)
+        return 2
+    candidates = sorted(
+        model_type
+        for types in changed_by(package, args.codemod).values()
+        for model_type in types
+        if model_type in verified
+    )
+    without = args.work / f"without-{args.codemod}"
+    records_path = args.work / f"without-{args.codemod}.jsonl"
+    if args.fresh:
+        records_path.unlink(missing_ok=True)
+    selected = tuple(codemod for codemod in ALL_CODEMODS if codemod.NAME != args.codemod)
+    rendered = render(
+        find_transformers(), generated_modules(package), jobs=args.jobs, cache=ContentCache(), codemods=selected
+    )
+    write_tree(rendered.files, without / "generated")
+    check = partial(check_export, subject="generated", package="generated", path=str(without))
+    records = sweep(candidates, records_path, check, jobs=args.jobs, timeout=args.timeout)
+    moved = [name for name in candidates if records[name]["status"] != "ok"]
+    print(f"{len(moved)} of {len(candidates)} model types verified with {args.codemod} fail without it:")
+    for name in moved:
+        print(
+            f"  {name}: {records[name]['status']}: {records[name]['reason'].splitlines()[0] if records[name]['reason'] else ''}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
