@@ -19,6 +19,7 @@ from transformers.models.llama import modeling_llama
 
 from exportsmith.verify import verify_model
 from exportsmith.verify.inputs import DECODE_CASES, DECODE_EXAMPLE, PREFILL_CASES, PREFILL_EXAMPLE, case_inputs
+from exportsmith.verify.check import export_program
 from exportsmith.verify.shapes import dynamic_shapes_like
 from exportsmith.verify.tiny import tiny_config
 
@@ -302,3 +303,27 @@ def test_check_onnx_records_the_onnx_verdict(monkeypatch):
     record = isolate.check_onnx("llama", "generated")
     assert record == {"status": "ort-error", "reason": "x", "details": {"max_diff": None, "cases": 0}}
     assert isolate.Record("llama", **{k: record[k] for k in ("status", "reason")}).status == "ort-error"
+
+
+class _KeywordsCollected(torch.nn.Module):
+    """A forward that collects `use_cache` and `extra` with **kwargs, like llava's and granitemoe's."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 2)
+
+    def forward(self, x, mask=None, **kwargs):
+        y = self.linear(x) + (1 if kwargs.get("use_cache") else 0)
+        return y * kwargs["extra"]
+
+
+def test_inputs_collected_by_kwargs_export_with_dict_dynamic_shapes():
+    model = _KeywordsCollected()
+    dim = torch.export.Dim.DYNAMIC
+    example = {"x": torch.randn(3, 2), "mask": None, "use_cache": True, "extra": torch.randn(3, 2)}
+    shapes = {"x": {0: dim}, "mask": None, "use_cache": None, "extra": {0: dim}}
+    with pytest.raises(Exception):  # torch 2.13 alone: the traced-order arguments hold `extra` nested and flat
+        torch.export.export(model, (), example, dynamic_shapes=shapes, strict=False)
+    program = export_program(model, example, shapes)
+    other = {**example, "x": torch.randn(5, 2), "extra": torch.randn(5, 2)}
+    assert torch.equal(program.module()(**other), model(**other))

@@ -42,7 +42,7 @@ from transformers.utils import ModelOutput
 
 from exportsmith.verify.errors import first_line, user_location
 from exportsmith.verify.inputs import DECODE_CASES, PREFILL_CASES, cache_keyword, case_inputs, output_cache
-from exportsmith.verify.shapes import dynamic_shapes_like
+from exportsmith.verify.shapes import dynamic_shapes_like, with_named_inputs
 from exportsmith.verify.tasks import AUDIO_LAYOUTS, EXAMPLE, InputShape, config_for, dummy_inputs, model_class
 from exportsmith.verify.tasks import forward_parameters, takes_audio, vocab
 from exportsmith.verify.tiny import TooLarge, build_tiny_model, tiny_config
@@ -467,6 +467,7 @@ def export_subject(subject: str, model: torch.nn.Module, program: Program):
 
 
 def export_program(model: torch.nn.Module, example: dict, dynamic_shapes: dict) -> torch.export.ExportedProgram:
+    model = with_named_inputs(model, example)
     return torch.export.export(model, (), example, dynamic_shapes=dynamic_shapes, strict=False)
 
 

@@ -41,6 +41,7 @@ from exportsmith.verify.check import (
     varying_dims,
 )
 from exportsmith.verify.errors import first_line
+from exportsmith.verify.shapes import with_named_inputs
 
 ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime")
 INSTALL_HINT = "pip install 'exportsmith[onnx]'"
@@ -197,7 +198,13 @@ def export_onnx(model: torch.nn.Module, example: dict, dynamic_shapes: dict) -> 
     """`model` at `example` through `torch.onnx.export(dynamo=True)`, with check's dynamic dims."""
     with quiet_onnx_registry():
         return torch.onnx.export(
-            model, (), kwargs=example, dynamo=True, dynamic_shapes=dynamic_shapes, verbose=False, report=False
+            with_named_inputs(model, example),
+            (),
+            kwargs=example,
+            dynamo=True,
+            dynamic_shapes=dynamic_shapes,
+            verbose=False,
+            report=False,
         )
 
 

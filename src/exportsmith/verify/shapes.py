@@ -7,6 +7,7 @@ Tensors map through a caller-given function, plain ints (e.g. a cache layer's le
 every other leaf (None, bool, float, str, unregistered objects) to None, i.e. static.
 """
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -31,3 +32,28 @@ def dynamic_shapes_like(obj: Any, tensor_dims: TensorDims) -> Any:
         children, _ = pytree.SUPPORTED_NODES[node_type].flatten_fn(obj)
         return dynamic_shapes_like(children, tensor_dims)
     return None
+
+
+def with_named_inputs(model: torch.nn.Module, inputs: dict) -> torch.nn.Module:
+    """`model`, or when its forward collects some of `inputs` with `**kwargs`, a module whose forward names every
+    input and calls `model` with them. torch 2.13's export cannot match dict `dynamic_shapes` to inputs collected by
+    `**kwargs`: the arguments it rebuilds "in traced order" hold them both under the `**kwargs` name and flat, and no
+    spec matches both (llava's and granitemoe's `use_cache`). Only the call signature changes."""
+    parameters = inspect.signature(model.forward).parameters
+    named = {name for name, p in parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    if set(inputs) <= named:
+        return model
+
+    def forward(self, **keywords):
+        return self.model(**keywords)
+
+    # torch.export binds the inputs to `inspect.signature(module.forward)`
+    forward.__signature__ = inspect.Signature(
+        [
+            inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+            *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in inputs),
+        ]
+    )
+    wrapper = type(f"{type(model).__name__}WithNamedInputs", (torch.nn.Module,), {"forward": forward})()
+    wrapper.model = model
+    return wrapper
