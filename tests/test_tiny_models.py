@@ -770,3 +770,23 @@ def test_granite_docling_s_mask_marks_real_tiles():
     model = build_tiny_model(cls, config_for(cls, tiny_config("granite_docling")))
     assert dummy_inputs(model)["pixel_attention_mask"].shape == (2, 1)
     assert check_eager("granite_docling")["status"] == "ok"
+
+
+@pytest.mark.parametrize("model_type", ["sam2_video", "sam3_video"])
+def test_a_video_tracker_gets_a_session_over_a_clip_with_one_prompt(model_type):
+    _, cls = model_class(model_type)
+    model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+    inputs = dummy_inputs(model)
+    session = inputs["inference_session"]
+    assert type(session).__name__.endswith("InferenceSession") and inputs["frame_idx"] == 0
+    assert session.num_frames == 2
+    # a tracker follows one clicked object; SAM 3's video model detects what one text prompt names
+    assert session.get_obj_num() == 1 or len(session.prompts) == 1
+    with torch.no_grad():
+        model(**inputs)
+
+
+def test_a_config_that_propagates_its_image_size_gets_the_tiny_one_everywhere():
+    config = tiny_config("sam3_video")
+    assert config.tracker_config.image_size == config.detector_config.image_size == tiny.IMAGE_SIZE
+    assert config.tracker_config.memory_attention_rope_feat_sizes == [tiny.IMAGE_SIZE // 4] * 2

@@ -11,7 +11,8 @@ sub-config a class is built from (a composite type's causal LM takes its text co
 text gets `input_ids` (+ `attention_mask`) drawn above the special token ids, encoder-decoders `decoder_input_ids`,
 vision `pixel_values` of the config's size and channels (video clips, image pairs, LLaVA-NeXT tiles + `image_sizes`,
 flattened patches + `image_grid_thw` for Qwen-style towers), audio `input_features`/`input_values` of the length
-the config implies (in one of `AUDIO_LAYOUTS`), forecasters a history of `past_values`; a multimodal model gets every modality it has, with as many
+the config implies (in one of `AUDIO_LAYOUTS`), forecasters a history of `past_values`, video trackers an
+inference session over a short clip with one prompt; a multimodal model gets every modality it has, with as many
 placeholder tokens in `input_ids` as its `get_image_features`/`get_audio_features` return features, framed by the
 config's start/end tokens. Refuses (ValueError) a model whose main input it cannot build.
 """
@@ -242,6 +243,8 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         inputs[main] = torch.randn((shape.batch, bins, AUDIO_FRAMES), generator=generator)
     elif main == "past_values":  # a time series forecaster
         inputs.update(time_series_inputs(config, parameters, shape, generator))
+    elif main == "inference_session":  # a video tracker: a session holding a short clip and one prompted object
+        inputs.update(video_session_inputs(model, config, shape, generator))
     elif main == "spectrogram":  # a vocoder
         bins = first_int(config, ("model_in_dim", "num_mel_bins"), 80)
         inputs[main] = torch.randn((shape.batch, AUDIO_FRAMES, bins), generator=generator)
@@ -313,6 +316,35 @@ def trajectory_inputs(config, shape: InputShape, generator: torch.Generator) -> 
         "timesteps": torch.arange(shape.text_length).expand(size),
         "attention_mask": torch.ones(size, dtype=torch.long),
     }
+
+
+VIDEO_FRAMES = 2
+
+
+def video_session_inputs(model, config, shape: InputShape, generator: torch.Generator) -> dict:
+    """A video tracker's inputs, as its processor's `init_video_session` and prompt methods leave them: a session
+    (the class the forward annotates) over a clip of VIDEO_FRAMES frames, and on frame 0 one object prompted by a
+    point (trackers) or one text prompt (SAM 3 video, which detects what the text names), tokenized to the text
+    tower's vocabulary."""
+    session_class = inspect.signature(type(model).forward).parameters["inference_session"].annotation
+    channels, height, width = image_size(vision_config(config))
+    video = torch.randn((VIDEO_FRAMES, channels, height, width), generator=generator)
+    session = session_class(video=video, video_height=height, video_width=width, dtype=torch.float32)
+    if hasattr(session, "add_prompt"):
+        prompt_id = session.add_prompt("object")
+        text = sub_config(config, "detector_config")
+        session.prompt_input_ids[prompt_id] = random_tokens(vocab(text), (1, shape.text_length), generator)
+        session.prompt_attention_masks[prompt_id] = torch.ones((1, shape.text_length), dtype=torch.long)
+    else:
+        obj_id = 1
+        obj_idx = session.obj_id_to_idx(obj_id)
+        # a point in the middle of the frame, a positive click (label 1), as (frame, objects, points, xy)
+        point = torch.tensor([[[[width / 2, height / 2]]]])
+        session.add_point_inputs(
+            obj_idx, 0, {"point_coords": point, "point_labels": torch.ones((1, 1, 1), dtype=torch.int32)}
+        )
+        session.obj_with_new_inputs = [obj_id]
+    return {"inference_session": session, "frame_idx": 0}
 
 
 def numbered_patches(vision, shape: InputShape, generator: torch.Generator, side: int = 4) -> dict:

@@ -188,6 +188,14 @@ def prefixed(prefix: str, values: dict) -> dict:
     return {f"{prefix}{name}": value for name, value in values.items()}
 
 
+SAM2 = {
+    **prefixed("vision_config.backbone_config.", HIERA),
+    **prefixed("vision_config.", HIERA_NECK),
+    # prompts are embedded on the grid of the image embeddings: the third stage, stride 16
+    "prompt_encoder_config.patch_size": 16,
+}
+
+
 COMPASS_ROPE = {"full_attention": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}}
 
 DEEPSEEK_OCR2_TEXT = {"mlp_layer_types": ["dense", "sparse"], "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1}
@@ -292,11 +300,15 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "sam3_tracker": {"vision_config.backbone_feature_sizes": [[32, 32], [16, 16], [8, 8]]},
     "sam2_hiera_det_model": HIERA,
     "sam2_vision_model": {**prefixed("backbone_config.", HIERA), **HIERA_NECK},
-    "sam2": {
-        **prefixed("vision_config.backbone_config.", HIERA),
-        **prefixed("vision_config.", HIERA_NECK),
-        # prompts are embedded on the grid of the image embeddings: the third stage, stride 16
-        "prompt_encoder_config.patch_size": 16,
+    "sam2": SAM2,
+    # the video trackers built on SAM 2's Hiera tower (EdgeTAM's video model too, by default)
+    "sam2_video": SAM2,
+    # (its perceiver resampler adds a position encoding of the full width to each head's keys: one head of it; its
+    # 2-D latents are one per window of the memory's 2 x 2 grid, stride 16)
+    "edgetam_video": {
+        **SAM2,
+        "perceiver_resampler_attention_head_dim": HIDDEN_SIZE,
+        "perceiver_resampler_num_latents_2d": 4,
     },
     # Forecasters whose horizon has no default (a dataset sets it); the context defaults to the horizon.
     "time_series_transformer": {"prediction_length": 4},
@@ -409,7 +421,13 @@ def tiny_config(model_type: str) -> PretrainedConfig:
     fields = shrink_config_fields(config_class, config_class().to_dict(), token_ids, top_level=True)
     for path, value in MODEL_OVERRIDES.get(model_type, {}).items():
         set_path(fields, path, value)
-    return config_class(**fields)
+    config = config_class(**fields)
+    image_size = getattr(config_class, "image_size", None)
+    if isinstance(image_size, property) and image_size.fset is not None:
+        # a config whose image size is a property that sets it on its parts with the sizes that follow from it (SAM
+        # 3's video model: tracker and detector, feature-map and rope sizes), set as its docs do
+        config.image_size = IMAGE_SIZE
+    return config
 
 
 def init_fields(config_class: type) -> set[str]:
