@@ -790,3 +790,25 @@ def test_a_config_that_propagates_its_image_size_gets_the_tiny_one_everywhere():
     config = tiny_config("sam3_video")
     assert config.tracker_config.image_size == config.detector_config.image_size == tiny.IMAGE_SIZE
     assert config.tracker_config.memory_attention_rope_feat_sizes == [tiny.IMAGE_SIZE // 4] * 2
+
+
+@pytest.mark.parametrize("model_type", ["gemma4_assistant", "gemma4_unified_assistant"])
+def test_a_drafter_gets_a_drafting_step_on_its_target_s_states(model_type):
+    _, cls = model_class(model_type)
+    model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+    inputs = dummy_inputs(model)
+    assert inputs["inputs_embeds"].shape[1:] == (1, 2 * model.config.backbone_hidden_size)
+    assert set(inputs["shared_kv_states"]) == set(model.config.get_text_config().layer_types)
+    with torch.no_grad():
+        model(**inputs)
+
+
+def test_a_default_config_that_fails_its_validator_is_built_with_the_fields_it_needs():
+    # Gemma 4's assistant: its default text config has per-layer inputs, which its validator refuses
+    text = tiny_config("gemma4_assistant").text_config
+    assert text.hidden_size_per_layer_input == 0 and text.num_kv_shared_layers == text.num_hidden_layers
+
+
+@pytest.mark.parametrize("model_type", ["gemma3n_text", "granite4_vision"])
+def test_overrides_for_layer_maps_the_defaults_leave_unset_or_inconsistent(model_type):
+    assert check_eager(model_type)["status"] == "ok"

@@ -243,6 +243,8 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         inputs[main] = torch.randn((shape.batch, bins, AUDIO_FRAMES), generator=generator)
     elif main == "past_values":  # a time series forecaster
         inputs.update(time_series_inputs(config, parameters, shape, generator))
+    elif "shared_kv_states" in parameters and hasattr(config, "backbone_hidden_size"):
+        inputs.update(drafter_inputs(config, shape, generator))
     elif main == "inference_session":  # a video tracker: a session holding a short clip and one prompted object
         inputs.update(video_session_inputs(model, config, shape, generator))
     elif main == "spectrogram":  # a vocoder
@@ -316,6 +318,24 @@ def trajectory_inputs(config, shape: InputShape, generator: torch.Generator) -> 
         "timesteps": torch.arange(shape.text_length).expand(size),
         "attention_mask": torch.ones(size, dtype=torch.long),
     }
+
+
+def drafter_inputs(config, shape: InputShape, generator: torch.Generator) -> dict:
+    """A drafting step of a drafter that runs on its target model's states (Gemma 4's assistant), as `generate`
+    makes one: the last token's embedding beside the target's last hidden state (2 x the target's width), and the
+    keys and values of the target's last layer of each kind, (batch, kv heads, target length, head dim), which every
+    drafter layer of that kind attends to."""
+    text = config.get_text_config()
+    width = 2 * config.backbone_hidden_size
+    inputs = {"inputs_embeds": torch.randn((shape.batch, 1, width), generator=generator)}
+    per_layer = getattr(text, "per_layer_config", None)
+    states = {}
+    for index, kind in enumerate(text.layer_types):  # the last layer of a kind wins
+        layer = per_layer[index] if per_layer is not None else text
+        size = (shape.batch, layer.num_key_value_heads, shape.text_length, layer.head_dim)
+        states[kind] = (torch.randn(size, generator=generator), torch.randn(size, generator=generator))
+    inputs["shared_kv_states"] = states
+    return inputs
 
 
 VIDEO_FRAMES = 2
@@ -827,6 +847,8 @@ def placeholder_block(model, config, modality: Modality, placeholder: int, media
 
 def feature_count(features) -> int:
     """The number of feature vectors in a get_*_features result (a tensor, a list of them, or a ModelOutput)."""
+    if getattr(features, "deepstack_features", None):  # Granite 4 Vision: (text layer, features) pairs, each as many
+        return feature_count(features.deepstack_features[0][1])
     if isinstance(features, transformers.utils.ModelOutput):
         features = features.pooler_output if getattr(features, "pooler_output", None) is not None else features[0]
     if isinstance(features, torch.Tensor):

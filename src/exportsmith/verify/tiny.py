@@ -405,6 +405,49 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "mllama_vision_model": {"intermediate_layers_indices": [0, 0, 0, 1, 1]},
     # Molmo 2's tower has a position embedding per patch of its default image: one per tiny patch.
     "molmo2_vision": {"num_position_embeddings": (IMAGE_SIZE // PATCH_SIZE) ** 2},
+    # ESMFold 2's language model is an ESMC, whose validator refuses grouped-query attention; its atom encoders'
+    # 3-D rotary embedding packs 3 x 2 spatial + 10 id frequency pairs into half a head: heads of 32.
+    "esmfold2": {
+        "esmc_config.num_key_value_heads": NUM_HEADS,
+        "atom_encoder.num_attention_heads": 2,
+        "atom_encoder.head_dim": 2 * HEAD_DIM,
+        "structure_head.diffusion_module.atom_encoder.num_attention_heads": 2,
+        "structure_head.diffusion_module.atom_encoder.head_dim": 2 * HEAD_DIM,
+        # the atom stacks scatter into the token transformers: their output is the tiny width
+        "atom_encoder.output_dim": HIDDEN_SIZE,
+        "structure_head.diffusion_module.atom_encoder.output_dim": HIDDEN_SIZE,
+        # the token features: the atom stack's output, then two one-hot residue types (33 each) and one flag
+        "single_inputs_size": HIDDEN_SIZE + 2 * 33 + 1,
+    },
+    # Its last num_kv_shared_layers layers reuse the cache of an earlier layer of their kind: three layers, so that
+    # both kinds produce a cache before the third (sliding) one reuses one; sparsity follows the layers.
+    "gemma3n_text": {
+        "num_hidden_layers": 3,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "activation_sparsity_pattern": [0.95, 0.0, 0.0],
+        "intermediate_size": [2 * HIDDEN_SIZE] * 3,
+    },
+    # Which vision layers feed which text layers (a checkpoint sets it; None by default): the tiny layers.
+    "granite4_vision": {
+        "deepstack_layer_map": [[-1, 0], [-2, 1]],
+        "spatial_target_layers": [0, 1, 0, 1],
+        # its window Q-Former's query / key window sides, on the 8 x 8 patch grid
+        "downsample_rate": "1/2",
+    },
+}
+
+# Init fields, per model type, without which even the default config fails its own validator (the released
+# checkpoints set them): the defaults that the tiny rule starts from are built with them.
+DEFAULT_FIELDS: dict[str, dict[str, object]] = {
+    # The assistant drafter reads the target model's per-layer inputs: its validator wants none of its own.
+    "gemma4_assistant": {
+        "text_config": {
+            "hidden_size_per_layer_input": 0,
+            "vocab_size_per_layer_input": 0,
+            "enable_moe_block": False,
+            "use_double_wide_mlp": False,
+        }
+    },
 }
 
 
@@ -418,7 +461,8 @@ def tiny_config(model_type: str) -> PretrainedConfig:
         raise ValueError(f"unknown model type {model_type!r} (not in transformers' CONFIG_MAPPING_NAMES)")
     config_class = CONFIG_MAPPING[model_type]
     token_ids = TokenIds()
-    fields = shrink_config_fields(config_class, config_class().to_dict(), token_ids, top_level=True)
+    default = config_class(**DEFAULT_FIELDS.get(model_type, {}))
+    fields = shrink_config_fields(config_class, default.to_dict(), token_ids, top_level=True)
     for path, value in MODEL_OVERRIDES.get(model_type, {}).items():
         set_path(fields, path, value)
     config = config_class(**fields)
