@@ -812,3 +812,15 @@ def test_a_default_config_that_fails_its_validator_is_built_with_the_fields_it_n
 @pytest.mark.parametrize("model_type", ["gemma3n_text", "granite4_vision"])
 def test_overrides_for_layer_maps_the_defaults_leave_unset_or_inconsistent(model_type):
     assert check_eager(model_type)["status"] == "ok"
+
+
+@pytest.mark.parametrize("model_type", ["neucodec", "xcodec2"])
+def test_a_codec_with_a_semantic_encoder_gets_audio_and_its_features(model_type):
+    _, cls = model_class(model_type)
+    model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+    inputs = dummy_inputs(model)
+    assert inputs["input_values"].shape[1] == 1  # (batch, 1, samples)
+    bins = model.config.semantic_model_config.feature_projection_input_dim
+    assert inputs["input_features"].shape[-1] == bins
+    with torch.no_grad():
+        model(**inputs)

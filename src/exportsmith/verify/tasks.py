@@ -263,6 +263,17 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
             # which samples of the raw audio are real (all of them), where the audio features need it
             audio = inputs.get("input_values", next(iter(inputs.values())))
             inputs["padding_mask"] = torch.ones((shape.batch, audio.shape[-1]), dtype=torch.long)
+    if {"input_values", "input_features"} <= set(required_parameters(model)):
+        # a codec with a semantic encoder beside its acoustic one (NeuCodec, X-Codec 2): raw audio (batch, 1,
+        # samples) and the semantic encoder's features of the same audio, (batch, frames, bins) at its 50 Hz
+        semantic = sub_config(config, "semantic_model_config")
+        bins = first_int(semantic, FEATURE_BINS, 80)
+        inputs["input_values"] = torch.randn((shape.batch, 1, AUDIO_SAMPLES), generator=generator)
+        frames = AUDIO_SAMPLES // 320
+        inputs["input_features"] = torch.randn((shape.batch, frames, bins), generator=generator)
+        inputs.pop("padding_mask", None)  # optional; all real
+        if "input_features_mask" in inputs:
+            inputs["input_features_mask"] = torch.ones((shape.batch, frames), dtype=torch.long)
     # A second text input (a Q-Former's prompt, ...) before the main one: image features may depend on it.
     for name in required_parameters(model):
         if name.endswith("_input_ids") and name not in inputs:

@@ -405,6 +405,15 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "mllama_vision_model": {"intermediate_layers_indices": [0, 0, 0, 1, 1]},
     # Molmo 2's tower has a position embedding per patch of its default image: one per tiny patch.
     "molmo2_vision": {"num_position_embeddings": (IMAGE_SIZE // PATCH_SIZE) ** 2},
+    # Codecs that quantize the acoustic and semantic features side by side (two tiny widths), whose rotary
+    # attention applies to keys of every head (multi-head only).
+    "xcodec2": {"quantization_dim": 2 * HIDDEN_SIZE, "num_key_value_heads": NUM_HEADS},
+    "neucodec": {"quantization_dim": 2 * HIDDEN_SIZE, "num_key_value_heads": NUM_HEADS},
+    # Molmo 2's adapter taps two layers of the tower, counted from its end.
+    "molmo2": {
+        "vision_config.num_position_embeddings": (IMAGE_SIZE // PATCH_SIZE) ** 2,
+        "adapter_config.vision_feature_layer": [-1, -2],
+    },
     # ESMFold 2's language model is an ESMC, whose validator refuses grouped-query attention; its atom encoders'
     # 3-D rotary embedding packs 3 x 2 spatial + 10 id frequency pairs into half a head: heads of 32.
     "esmfold2": {
