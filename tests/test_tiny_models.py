@@ -824,3 +824,25 @@ def test_a_codec_with_a_semantic_encoder_gets_audio_and_its_features(model_type)
     assert inputs["input_features"].shape[-1] == bins
     with torch.no_grad():
         model(**inputs)
+
+
+def test_a_required_parameter_typed_optional_is_given_none():
+    _, cls = model_class("phi4_multimodal_audio")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("phi4_multimodal_audio")))
+    inputs = dummy_inputs(model)
+    assert "mask" in inputs and inputs["mask"] is None
+    assert inputs["hidden_states"].shape[-1] == model.config.input_size  # mel bins, not the width
+
+
+def test_audio_cut_into_chunks_gets_each_chunk_s_sample_count():
+    record = check_eager("dots3_note_audio_encoder")
+    assert record["status"] == "ok", record["reason"]
+
+
+def test_a_part_its_container_embeds_tokens_for_gets_embeddings():
+    _, cls = model_class("qwen3_omni_moe_talker_code_predictor")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("qwen3_omni_moe_talker_code_predictor")))
+    inputs = dummy_inputs(model)
+    assert "input_ids" not in inputs and inputs["inputs_embeds"].shape[-1] == model.config.hidden_size
+    with torch.no_grad():
+        model(**inputs)

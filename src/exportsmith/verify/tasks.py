@@ -171,10 +171,17 @@ def required_parameters(model: torch.nn.Module) -> list[str]:
     return [parameter.name for parameter in signature if parameter.default is inspect.Parameter.empty]
 
 
+# Parts whose container embeds their tokens (Qwen3-Omni's talker and its code predictor sum codec, text and
+# hidden-state embeddings first): they take `inputs_embeds`, their `input_ids` are refused or never embedded.
+EMBEDDED_BY_CONTAINER = ("qwen3_omni_moe_talker_text", "qwen3_omni_moe_talker_code_predictor")
+
+
 def main_input(model: torch.nn.Module, parameters: list[str]) -> str:
     """`main_input_name` where the forward takes it; else the forward's first parameter (sub-models such as vision
     towers often keep the inherited "input_ids"). A generic `inputs` that the forward also takes under a specific
     name (Perceiver's `input_ids`, a speech encoder-decoder's encoder input) is given under that name."""
+    if model.config.model_type in EMBEDDED_BY_CONTAINER:
+        return "inputs_embeds"
     main = model.main_input_name if model.main_input_name in parameters else parameters[0]
     if main == "inputs":
         encoder = getattr(model, "encoder", None)
@@ -236,7 +243,7 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
     elif main == "flattened_patches":  # Pix2Struct: each patch's (row, column) from 1, then its pixels
         inputs.update(numbered_patches(sub_config(config, "vision_config"), shape, generator))
     elif main in EMBEDDING_INPUTS:  # a stack that takes embeddings (or stacked audio features)
-        width = first_int(config, ("input_dim", "hidden_size", "d_model", "embed_dim"), 64)
+        width = first_int(config, ("input_dim", "input_size", "hidden_size", "d_model", "embed_dim"), 64)
         inputs[main] = torch.randn((shape.batch, shape.text_length, width), generator=generator)
     elif main == "mel_spectrogram":  # a vocoder over (batch, mel bins, frames)
         bins = first_int(config, ("mel_dim", "num_mel_bins"), 80)
@@ -283,7 +290,7 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
                 (shape.batch, shape.text_length),
                 generator,
             )
-    if "input_ids" in parameters:
+    if "input_ids" in parameters and main != "inputs_embeds":
         inputs.update(text_inputs(model, config, parameters, inputs, shape, generator))
     if "encoder_hidden_states" in parameters and type(model).__name__.endswith("Decoder") and main == "input_ids":
         # the decoder of an encoder-decoder built on its own cross-attends to encoder states
@@ -309,9 +316,23 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
     if "decoder_input_ids" in parameters and getattr(config, "is_encoder_decoder", False):
         size = (shape.batch, shape.decoder_length) + code_channels(sub_config(config, "decoder_config"))
         inputs["decoder_input_ids"] = random_tokens(decoder_vocab(config), size, generator)
+    if "chunk_sample_lengths" in required_parameters(model) and "input_features" in inputs:
+        # audio cut into chunks (Dots3 Note's encoder): each chunk's samples, all of its (batch, bins, frames) real
+        hop = first_int(config, ("hop_length",), 160)
+        features = inputs["input_features"]
+        inputs["chunk_sample_lengths"] = torch.full((features.shape[0],), features.shape[-1] * hop)
+    for name in required_parameters(model):
+        if name not in inputs and accepts_none(model, name):
+            inputs[name] = None  # required but optional by type (Phi-4's audio mask): none, as the signature allows
     if main not in inputs:
         raise ValueError(f"cannot build the main input {main!r} of {type(model).__name__}")
     return inputs
+
+
+def accepts_none(model: torch.nn.Module, name: str) -> bool:
+    """Whether the forward's annotation of `name` includes None (`X | None`, `Optional[X]`)."""
+    annotation = inspect.signature(model.forward).parameters[name].annotation
+    return annotation is not inspect.Parameter.empty and type(None) in getattr(annotation, "__args__", ())
 
 
 # Main inputs that are a sequence of vectors of the model's width, (batch, length, width): a stack's embeddings, a

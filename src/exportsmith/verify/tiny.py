@@ -223,6 +223,7 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
         "talker_config.spatial_merge_size": 2,  # the vision tower's
         "thinker_config.vision_start_token_id": SPECIAL_IDS - 1,  # an unused special id
     },
+    "qwen3_omni_moe_talker_text": {"shared_expert_intermediate_size": 2 * HIDDEN_SIZE},
     # Attributes that the composite config sets on its parts, read by the part's modeling code when it is built alone.
     "t5gemma2_text": {"dropout_rate": 0.0},
     "t5gemma2_decoder": {"dropout_rate": 0.0},
@@ -405,6 +406,8 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "mllama_vision_model": {"intermediate_layers_indices": [0, 0, 0, 1, 1]},
     # Molmo 2's tower has a position embedding per patch of its default image: one per tiny patch.
     "molmo2_vision": {"num_position_embeddings": (IMAGE_SIZE // PATCH_SIZE) ** 2},
+    # Phi-4's audio conformer: its pointwise and depthwise-separable convolutions map the width to itself.
+    "phi4_multimodal_audio": {"ext_pw_out_channel": HIDDEN_SIZE, "depthwise_separable_out_channel": HIDDEN_SIZE},
     # Codecs that quantize the acoustic and semantic features side by side (two tiny widths), whose rotary
     # attention applies to keys of every head (multi-head only).
     "xcodec2": {"quantization_dim": 2 * HIDDEN_SIZE, "num_key_value_heads": NUM_HEADS},
