@@ -846,3 +846,24 @@ def test_a_part_its_container_embeds_tokens_for_gets_embeddings():
     assert "input_ids" not in inputs and inputs["inputs_embeds"].shape[-1] == model.config.hidden_size
     with torch.no_grad():
         model(**inputs)
+
+
+@pytest.mark.parametrize(
+    "model_type, pixels",
+    [("inkling2_vision", (32, 8, 8, 3)), ("inkling_vision", (128, 2, 4, 4, 3))],
+)
+def test_inkling_towers_get_patches_in_their_layout(model_type, pixels):
+    # Inkling 2: one 2 x 2 square of patches per text token, channels last; Inkling: one cube of frames per patch
+    _, cls = model_class(model_type)
+    model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+    inputs = dummy_inputs(model)
+    assert tuple(inputs["pixel_values"].shape) == pixels
+    with torch.no_grad():
+        model(**inputs)
+
+
+def test_quantized_mel_frames_get_one_level_per_bin():
+    _, cls = model_class("inkling_audio")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("inkling_audio")))
+    ids = dummy_inputs(model)["audio_input_ids"]
+    assert ids.shape[-1] == model.config.n_mel_bins and int(ids.max()) < model.config.mel_vocab_size

@@ -285,6 +285,11 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
     for name in required_parameters(model):
         if name.endswith("_input_ids") and name not in inputs:
             prefix = name.removesuffix("_input_ids")
+            if isinstance(getattr(config, "mel_vocab_size", None), int):
+                # quantized mel frames (Inkling's audio tower): (batch, frames, mel bins), one level per bin
+                size = (shape.batch, shape.text_length, config.n_mel_bins)
+                inputs[name] = torch.randint(0, config.mel_vocab_size, size, generator=generator)
+                continue
             inputs[name] = random_tokens(
                 vocab(sub_config(config, f"{prefix}_config", "text_config")),
                 (shape.batch, shape.text_length),
@@ -548,6 +553,11 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
     vision = vision_config(config)
     channels, height, width = image_size(vision)
     patch = first_int(vision, ("patch_size",), None)
+    if getattr(vision, "model_type", None) in PATCH_CUBES:
+        # each patch a (frames, patch, patch, channels) cube, every image's patches one after the other
+        frames = first_int(vision, ("temporal_patch_size",), 1)
+        count = batch * (height // patch) * (width // patch)
+        return {"pixel_values": torch.randn((count, frames, patch, patch, channels), generator=generator)}
     flat = FLAT_PATCH_INPUTS & parameters or config.model_type in FLAT_PATCH_TOWERS
     if patch and flat and embeds_flat_patches(model, channels * patch * patch):
         return flat_patch_inputs(parameters, batch, channels, patch, height // patch, width // patch, generator)
@@ -603,6 +613,8 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
     return {"pixel_values": torch.randn(pixels, generator=generator), "image_sizes": sizes}
 
 
+# Towers that take every patch as a channels-last cube of its frames (Inkling's), by vision config type.
+PATCH_CUBES = ("inkling_vision",)
 # Idefics-style models whose pixel_attention_mask marks real tiles (batch, tiles), not real pixels.
 TILE_MASKS = ("granite_docling",)
 # Vision towers of video models that take every clip's frames flattened into the batch: (clips x frames, C, H, W).
@@ -647,6 +659,8 @@ def requires_image_sizes(model: torch.nn.Module) -> bool:
 # Towers that take Qwen-style patches as (patches, channels, patch, patch) images, which they convolve without a
 # reshape (others that convolve patches, HunYuan-VL's, reshape flat ones themselves: the modules do not tell).
 UNFLATTENED_PATCHES = ("kimi_k25", "kimi_k25_vision", "paddleocr_vl")
+# Towers that take one square of merged patches per language-model token (Inkling 2), by vision config type.
+MERGED_PATCH_TOKENS = ("inkling2_vision",)
 # ... and towers that take them as one sequence of such images: (1, patches, channels, patch, patch).
 PATCH_SEQUENCES = ("paddleocr_vl_vision",)
 
@@ -665,7 +679,13 @@ def patch_inputs(
     if grid_name.endswith("_hw"):  # a grid of images only: (height, width)
         grid = grid[:, 1:]
     pixels = torch.randn((shape.batch * grid_h * grid_w, channels * temporal * patch * patch), generator=generator)
-    if config.model_type in UNFLATTENED_PATCHES:
+    if getattr(vision, "model_type", None) in MERGED_PATCH_TOKENS:
+        # one entry per language-model token: merge x merge patches as one image square, channels last, and the
+        # grid counted in those tokens
+        merge = first_int(vision, ("spatial_merge_size",), 2)
+        grid[:, -2:] //= merge
+        pixels = pixels.view(-1, patch * merge, patch * merge, channels)
+    elif config.model_type in UNFLATTENED_PATCHES:
         pixels = pixels.view(-1, channels, patch, patch)
     elif config.model_type in PATCH_SEQUENCES:
         pixels = pixels.view(1, -1, channels, patch, patch)
@@ -879,8 +899,10 @@ def placeholder_block(model, config, modality: Modality, placeholder: int, media
 
 def feature_count(features) -> int:
     """The number of feature vectors in a get_*_features result (a tensor, a list of them, or a ModelOutput)."""
-    if getattr(features, "deepstack_features", None):  # Granite 4 Vision: (text layer, features) pairs, each as many
-        return feature_count(features.deepstack_features[0][1])
+    deepstack = getattr(features, "deepstack_features", None)
+    if deepstack and isinstance(deepstack[0], tuple) and isinstance(deepstack[0][0], int):
+        # Granite 4 Vision: (text layer, features) pairs, as many features each (Qwen3-VL's are plain tensors)
+        return feature_count(deepstack[0][1])
     if isinstance(features, transformers.utils.ModelOutput):
         features = features.pooler_output if getattr(features, "pooler_output", None) is not None else features[0]
     if isinstance(features, torch.Tensor):

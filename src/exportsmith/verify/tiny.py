@@ -408,6 +408,11 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "molmo2_vision": {"num_position_embeddings": (IMAGE_SIZE // PATCH_SIZE) ** 2},
     # Phi-4's audio conformer: its pointwise and depthwise-separable convolutions map the width to itself.
     "phi4_multimodal_audio": {"ext_pw_out_channel": HIDDEN_SIZE, "depthwise_separable_out_channel": HIDDEN_SIZE},
+    # Inkling's vision tower exports its layer count as `n_layers` (an attribute_map alias), which is not an init
+    # field: the tiny count goes under the field's name. Its layers fold the patch grid until the last one projects
+    # to the text width.
+    "inkling_vision": {"num_hidden_layers": NUM_LAYERS},
+    "inkling_mm_model": {"vision_config.num_hidden_layers": NUM_LAYERS},
     # Codecs that quantize the acoustic and semantic features side by side (two tiny widths), whose rotary
     # attention applies to keys of every head (multi-head only).
     "xcodec2": {"quantization_dim": 2 * HIDDEN_SIZE, "num_key_value_heads": NUM_HEADS},
