@@ -867,3 +867,31 @@ def test_quantized_mel_frames_get_one_level_per_bin():
     model = build_tiny_model(cls, config_for(cls, tiny_config("inkling_audio")))
     ids = dummy_inputs(model)["audio_input_ids"]
     assert ids.shape[-1] == model.config.n_mel_bins and int(ids.max()) < model.config.mel_vocab_size
+
+
+def test_a_robot_policy_gets_its_state_a_denoising_step_and_a_camera_prompt():
+    _, cls = model_class("pi0")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("pi0")))
+    inputs = dummy_inputs(model)
+    config = model.config
+    assert inputs["state"].shape == (2, config.max_state_dim)
+    assert inputs["noise"].shape == (2, config.chunk_size, config.max_action_dim)
+    image_tokens = (inputs["input_ids"] == config.vlm_config.image_token_id).sum(-1)
+    assert image_tokens.tolist() == [(32 // config.vlm_config.vision_config.patch_size) ** 2] * 2
+    with torch.no_grad():
+        model(**inputs)
+
+
+def test_a_decision_head_gets_one_prompt_with_marked_questions():
+    _, cls = model_class("jev")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("jev")))
+    inputs = dummy_inputs(model)
+    assert inputs["input_ids"].shape[0] == 1 and int(inputs["marks"].max()) <= inputs["input_ids"].shape[1]
+    with torch.no_grad():
+        model(**inputs)
+
+
+def test_apertus_1_5_vocabulary_holds_both_codebooks_after_the_text():
+    config = tiny_config("apertus1p5")
+    assert config.image_token_offset + config.vision_config.codebook_size == config.audio_token_offset
+    assert config.audio_token_offset + config.audio_config.codebook_size <= config.text_config.vocab_size

@@ -234,6 +234,14 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         # pixels under another name: BridgeTower's vision tower's `image`, Florence 2's backbone's `hidden_states`
         channels, height, width = image_size(config)
         inputs[main] = torch.randn((shape.batch, channels, height, width), generator=generator)
+    elif main == "state" and hasattr(config, "max_state_dim"):
+        # a flow-matching robot policy (PI0): the robot's state, and one denoising step of an action chunk (its noise
+        # and the step's time in (0, 1), given rather than sampled so that the run is deterministic)
+        inputs["state"] = torch.randn((shape.batch, config.max_state_dim), generator=generator)
+        noise = (shape.batch, config.chunk_size, config.max_action_dim)
+        inputs["noise"] = torch.randn(noise, generator=generator)
+        inputs["timestep"] = torch.rand((shape.batch,), generator=generator)
+        inputs.update(camera_prompt_inputs(config.vlm_config, shape, generator))
     elif main == "states":  # Decision Transformer: a trajectory of states, actions, returns to go, rewards
         inputs.update(trajectory_inputs(config, shape, generator))
     elif main == "audio_mel":  # Gemma 3n's audio encoder: (batch, frames, mel bins) and which frames are padding
@@ -295,7 +303,7 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
                 (shape.batch, shape.text_length),
                 generator,
             )
-    if "input_ids" in parameters and main != "inputs_embeds":
+    if "input_ids" in parameters and main != "inputs_embeds" and "input_ids" not in inputs:
         inputs.update(text_inputs(model, config, parameters, inputs, shape, generator))
     if "encoder_hidden_states" in parameters and type(model).__name__.endswith("Decoder") and main == "input_ids":
         # the decoder of an encoder-decoder built on its own cross-attends to encoder states
@@ -321,6 +329,21 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
     if "decoder_input_ids" in parameters and getattr(config, "is_encoder_decoder", False):
         size = (shape.batch, shape.decoder_length) + code_channels(sub_config(config, "decoder_config"))
         inputs["decoder_input_ids"] = random_tokens(decoder_vocab(config), size, generator)
+    if "classes_structure" in parameters:  # OmDet-Turbo: each image's class prompts flattened, and its task prompt
+        classes = 2
+        text = vocab(config)
+        for name, rows in (("classes", shape.batch * classes), ("tasks", shape.batch)):
+            inputs[f"{name}_input_ids"] = random_tokens(text, (rows, shape.text_length), generator)
+            inputs[f"{name}_attention_mask"] = torch.ones((rows, shape.text_length), dtype=torch.long)
+        inputs["classes_structure"] = torch.full((shape.batch,), classes)
+    if {"marks", "num_options", "question_type_ids"} <= parameters:
+        # a decision head over one prompt (JEV): the positions (from 1) of the tokens that mark its questions, each
+        # question's option count and type
+        questions = 2
+        inputs["marks"] = torch.tensor([[shape.text_length // 2, shape.text_length]])
+        inputs["num_options"] = torch.full((1, questions), 2)
+        inputs["question_type_ids"] = torch.zeros((1, questions), dtype=torch.long)
+        inputs["input_ids"] = inputs["input_ids"][:1]
     if "chunk_sample_lengths" in required_parameters(model) and "input_features" in inputs:
         # audio cut into chunks (Dots3 Note's encoder): each chunk's samples, all of its (batch, bins, frames) real
         hop = first_int(config, ("hop_length",), 160)
@@ -343,6 +366,21 @@ def accepts_none(model: torch.nn.Module, name: str) -> bool:
 # Main inputs that are a sequence of vectors of the model's width, (batch, length, width): a stack's embeddings, a
 # Q-Former's queries, a perceiver resampler's context.
 EMBEDDING_INPUTS = ("hidden_states", "inputs_embeds", "query_embeds", "context")
+
+
+def camera_prompt_inputs(vlm, shape: InputShape, generator: torch.Generator) -> dict:
+    """A policy's prompt (PI0): one camera image per sample (batch, cameras, C, H, W) and which cameras are real, and
+    the text led by one image token per patch of it."""
+    channels, height, width = image_size(vlm.vision_config)
+    patch = first_int(vlm.vision_config, ("patch_size",), 14)
+    image_tokens = torch.full((shape.batch, (height // patch) * (width // patch)), vlm.image_token_id)
+    input_ids = torch.cat([image_tokens, random_tokens(vocab(vlm), (shape.batch, shape.text_length), generator)], 1)
+    return {
+        "pixel_values": torch.randn((shape.batch, 1, channels, height, width), generator=generator),
+        "pixel_attention_mask": torch.ones((shape.batch, 1), dtype=torch.bool),
+        "input_ids": input_ids,
+        "attention_mask": torch.ones_like(input_ids),
+    }
 
 
 def trajectory_inputs(config, shape: InputShape, generator: torch.Generator) -> dict:

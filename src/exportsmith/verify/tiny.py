@@ -210,6 +210,23 @@ QWEN4_INDEXER = {
     "indexer_compress_ratio": 2,
 }
 
+# PP-OCR's intra-class blocks (unset by default, the checkpoints set them): (kernel, stride, padding) of each conv,
+# every one keeping the feature map's size: square, tall and wide kernels of 7, 5 and 3 (as PP-OCR's IntraCLBlock),
+# 1 x 1 in and out.
+INTRACLASS_BLOCK = {
+    "reduce_channel": [1, 1, 0],
+    "return_channel": [1, 1, 0],
+    "symmetric_conv_long_longratio": [[7, 7], 1, [3, 3]],
+    "vertical_long_to_small_conv_longratio": [[7, 1], 1, [3, 0]],
+    "horizontal_small_to_long_conv_longratio": [[1, 7], 1, [0, 3]],
+    "symmetric_conv_long_midratio": [[5, 5], 1, [2, 2]],
+    "vertical_long_to_small_conv_midratio": [[5, 1], 1, [2, 0]],
+    "horizontal_small_to_long_conv_midratio": [[1, 5], 1, [0, 2]],
+    "symmetric_conv_long_shortratio": [[3, 3], 1, [1, 1]],
+    "vertical_long_to_small_conv_shortratio": [[3, 1], 1, [1, 0]],
+    "horizontal_small_to_long_conv_shortratio": [[1, 3], 1, [0, 1]],
+}
+
 # Per model type, only where the generic rule cannot work: a path of init fields ("text_config.hidden_size") ->
 # value, applied after it.
 MODEL_OVERRIDES: dict[str, dict[str, object]] = {
@@ -413,6 +430,16 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     # to the text width.
     "inkling_vision": {"num_hidden_layers": NUM_LAYERS},
     "inkling_mm_model": {"vision_config.num_hidden_layers": NUM_LAYERS},
+    # Apertus 1.5's vocabulary holds its text tokens, then the image codebook's, then the audio codebook's, back to
+    # back (after the special ids): room for the two tiny codebooks.
+    "apertus1p5": {
+        "text_config.vocab_size": 3 * VOCAB_SIZE,
+        "image_token_offset": VOCAB_SIZE // 2,
+        "audio_token_offset": VOCAB_SIZE // 2 + VOCAB_SIZE,
+    },
+    "qwen3_omni_moe_thinker": {"vision_start_token_id": SPECIAL_IDS - 2},
+    "pp_ocrv5_server_det": {"intraclass_block_config": INTRACLASS_BLOCK},
+    "pp_ocrv6_medium_det": {"intraclass_block_config": INTRACLASS_BLOCK},
     # Codecs that quantize the acoustic and semantic features side by side (two tiny widths), whose rotary
     # attention applies to keys of every head (multi-head only).
     "xcodec2": {"quantization_dim": 2 * HIDDEN_SIZE, "num_key_value_heads": NUM_HEADS},
