@@ -895,3 +895,24 @@ def test_apertus_1_5_vocabulary_holds_both_codebooks_after_the_text():
     config = tiny_config("apertus1p5")
     assert config.image_token_offset + config.vision_config.codebook_size == config.audio_token_offset
     assert config.audio_token_offset + config.audio_config.codebook_size <= config.text_config.vocab_size
+
+
+def test_a_block_diffusion_drafter_gets_a_block_and_its_target_s_tapped_states():
+    _, cls = model_class("muse_glimmer_assistant")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("muse_glimmer_assistant")))
+    inputs = dummy_inputs(model)
+    config = model.config
+    assert inputs["noise_embeds"].shape[1] == config.block_size
+    assert inputs["context_hidden_states"].shape[-1] == config.hidden_size * len(config.target_layer_ids)
+    with torch.no_grad():
+        model(**inputs)
+
+
+def test_a_code_to_mel_diffusion_step_gets_codes_repeated_into_its_mel_frames():
+    _, cls = model_class("qwen2_5_omni_dit")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("qwen2_5_omni_dit")))
+    inputs = dummy_inputs(model)
+    frames = inputs["quantized_code"].shape[1] * model.config.repeats
+    assert inputs["hidden_states"].shape[1] == inputs["speaker_embedding"].shape[1] == frames
+    with torch.no_grad():
+        model(**inputs)

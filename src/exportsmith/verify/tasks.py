@@ -224,6 +224,18 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
     )
     if main == "hidden_states" and "grid_thw" in parameters:  # a Qwen-style vision tower on its own
         inputs.update(patch_inputs(model, config, "hidden_states", "grid_thw", shape, generator))
+    elif {"quantized_code", "condition_vector", "speaker_embedding"} <= parameters:
+        # a code-to-mel diffusion transformer (Qwen2.5-Omni's token2wav DiT), one step: codec codes, each repeated
+        # into `repeats` mel frames, the noisy mel at those frames, a reference mel for its speaker encoder, the
+        # speaker embedding per frame, and the step's time
+        codes = (shape.batch, shape.text_length)
+        frames = shape.text_length * config.repeats
+        inputs["quantized_code"] = torch.randint(0, config.num_embeds, codes, generator=generator)
+        inputs[main] = torch.randn((shape.batch, frames, config.mel_dim), generator=generator)
+        inputs["condition_vector"] = torch.randn((shape.batch, AUDIO_FRAMES, config.mel_dim), generator=generator)
+        embedding = (shape.batch, frames, config.enc_emb_dim)
+        inputs["speaker_embedding"] = torch.randn(embedding, generator=generator)
+        inputs["time_step"] = torch.rand((shape.batch,), generator=generator)
     elif main == "latents" or codec_part(model, main) == "decoder":  # a codec's decoder: (batch, width, frames)
         width = first_int(config, ("hidden_size",), 64)
         inputs[main] = torch.randn((shape.batch, width, shape.text_length), generator=generator)
@@ -260,6 +272,15 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         inputs.update(time_series_inputs(config, parameters, shape, generator))
     elif "shared_kv_states" in parameters and hasattr(config, "backbone_hidden_size"):
         inputs.update(drafter_inputs(config, shape, generator))
+    elif main == "noise_embeds" and "context_hidden_states" in parameters:
+        # a block-diffusion drafter (Muse Glimmer's): a block of embeddings to denoise, and the target model's
+        # hidden states at its tapped layers (concatenated) over the tokens accepted so far
+        width = config.hidden_size
+        inputs[main] = torch.randn((shape.batch, config.block_size, width), generator=generator)
+        context = (shape.batch, shape.text_length, width * len(config.target_layer_ids))
+        inputs["context_hidden_states"] = torch.randn(context, generator=generator)
+        # keys and values span the context and the block
+        inputs["attention_mask"] = torch.ones((shape.batch, shape.text_length + config.block_size), dtype=torch.long)
     elif main == "inference_session":  # a video tracker: a session holding a short clip and one prompted object
         inputs.update(video_session_inputs(model, config, shape, generator))
     elif main == "spectrogram":  # a vocoder

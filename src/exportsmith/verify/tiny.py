@@ -440,6 +440,8 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "qwen3_omni_moe_thinker": {"vision_start_token_id": SPECIAL_IDS - 2},
     "pp_ocrv5_server_det": {"intraclass_block_config": INTRACLASS_BLOCK},
     "pp_ocrv6_medium_det": {"intraclass_block_config": INTRACLASS_BLOCK},
+    # The DiT's speaker encoder (ECAPA-TDNN) aggregates its three middle blocks' channels into the last one's.
+    "qwen2_5_omni_dit": {"enc_channels": [16, 16, 16, 16, 48]},
     # Codecs that quantize the acoustic and semantic features side by side (two tiny widths), whose rotary
     # attention applies to keys of every head (multi-head only).
     "xcodec2": {"quantization_dim": 2 * HIDDEN_SIZE, "num_key_value_heads": NUM_HEADS},
