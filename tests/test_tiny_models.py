@@ -916,3 +916,16 @@ def test_a_code_to_mel_diffusion_step_gets_codes_repeated_into_its_mel_frames():
     assert inputs["hidden_states"].shape[1] == inputs["speaker_embedding"].shape[1] == frames
     with torch.no_grad():
         model(**inputs)
+
+
+def test_audio_features_that_read_their_placeholders_are_counted_by_the_tower_s_lengths():
+    # Music Flamingo's audio features need the text with their placeholders: counted without calling them
+    record = check_eager("musicflamingo")
+    assert record["status"] == "ok", record["reason"]
+
+
+def test_a_hybrid_vision_model_gets_the_images_for_its_high_resolution_tower_too():
+    _, cls = model_class("deepseek_vl_hybrid")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("deepseek_vl_hybrid")))
+    inputs = dummy_inputs(model)
+    assert inputs["high_res_pixel_values"].shape[-1] == model.config.high_res_vision_config.image_size

@@ -288,6 +288,11 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         inputs[main] = torch.randn((shape.batch, AUDIO_FRAMES, bins), generator=generator)
     elif wants_images:
         inputs.update(image_inputs(model, config, parameters, shape, generator))
+    if "high_res_pixel_values" in parameters and "pixel_values" in inputs:
+        # DeepSeek-VL hybrid: the same images for its high-resolution tower too, at that tower's size
+        channels, height, width = image_size(sub_config(config, "high_res_vision_config"))
+        size = (shape.batch, channels, height, width)
+        inputs["high_res_pixel_values"] = torch.randn(size, generator=generator)
     if wants_audio:
         inputs.update(audio_inputs(config, parameters, main, audio_layout, shape, generator))
         for mask in AUDIO_MASKS:
@@ -948,9 +953,17 @@ def placeholder_block(model, config, modality: Modality, placeholder: int, media
     accepted = inspect.signature(getattr(model, modality.features)).parameters
     # a method that takes **kwargs passes them on (to the inner model's method): it gets every media input
     takes_all = any(parameter.kind is parameter.VAR_KEYWORD for parameter in accepted.values())
-    with torch.no_grad():
-        features = getattr(model, modality.features)(**{k: v for k, v in media.items() if k in accepted or takes_all})
-    count = feature_count(features) // batch
+    tower = next((module.audio_tower for module in model.modules() if hasattr(module, "audio_tower")), None)
+    if "input_ids" in accepted and modality is MODALITIES[1] and tower is not None:
+        # features that read their placeholders' positions in the text (Music Flamingo's time embedding): as many
+        # as the audio tower's own length formula gives for the unpadded frames
+        frames = next(media[mask] for mask in AUDIO_MASKS if mask in media).sum(-1)
+        lengths = tower._get_feat_extract_output_lengths(frames)
+        count = int((lengths[-1] if isinstance(lengths, tuple) else lengths)[0])
+    else:
+        with torch.no_grad():
+            passed = {k: v for k, v in media.items() if k in accepted or takes_all}
+            count = feature_count(getattr(model, modality.features)(**passed)) // batch
     start, end = token_id(config, *modality.start), token_id(config, *modality.end)
     block = [start] * (start is not None) + [placeholder] * count + [end] * (end is not None)
     return torch.tensor(block, dtype=torch.long).expand(batch, -1)
