@@ -929,3 +929,13 @@ def test_a_hybrid_vision_model_gets_the_images_for_its_high_resolution_tower_too
     model = build_tiny_model(cls, config_for(cls, tiny_config("deepseek_vl_hybrid")))
     inputs = dummy_inputs(model)
     assert inputs["high_res_pixel_values"].shape[-1] == model.config.high_res_vision_config.image_size
+
+
+def test_csm_audio_ends_after_the_codec_frame_its_placeholder_stands_for():
+    _, cls = model_class("csm")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("csm")))
+    inputs = dummy_inputs(model, audio_layout=1)
+    codec = model.config.codec_config
+    assert inputs["input_values_cutoffs"].tolist() == [[int(codec.sampling_rate / codec.frame_rate)]] * 2
+    with torch.no_grad():
+        model(**inputs)

@@ -370,6 +370,12 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         inputs["num_options"] = torch.full((1, questions), 2)
         inputs["question_type_ids"] = torch.zeros((1, questions), dtype=torch.long)
         inputs["input_ids"] = inputs["input_ids"][:1]
+    if "input_values_cutoffs" in parameters and "input_values" in inputs:
+        # where each sample's audio ends among its samples (CSM): one codec frame's worth, which its one audio
+        # placeholder stands for
+        codec = sub_config(config, "codec_config")
+        frame = int(codec.sampling_rate / codec.frame_rate)
+        inputs["input_values_cutoffs"] = torch.full((shape.batch, 1), min(frame, inputs["input_values"].shape[-1]))
     if "chunk_sample_lengths" in required_parameters(model) and "input_features" in inputs:
         # audio cut into chunks (Dots3 Note's encoder): each chunk's samples, all of its (batch, bins, frames) real
         hop = first_int(config, ("hop_length",), 160)
@@ -510,8 +516,10 @@ def time_series_inputs(config, parameters: set[str], shape: InputShape, generato
 
 
 def images_in_config(config) -> bool:
-    """A single config that also sizes images (ViLT's image size)."""
-    return isinstance(getattr(config, "image_size", None), int)
+    """A single config that also sizes images (ViLT's image size, TVP's largest frame)."""
+    return isinstance(getattr(config, "image_size", None), int) or isinstance(
+        getattr(config, "max_img_size", None), int
+    )
 
 
 def tower_left_out(config, name: str, main: str) -> bool:
@@ -588,6 +596,8 @@ def vision_config(config):
 # Image sizes that a config does not give and the default 32 x 32 is too small for: OCR text-line recognizers
 # pool their last feature map by 3 x 2 after striding the height by up to 32.
 IMAGE_SIZES = {
+    # TVP's ResNet halves a frame five times, then max-pools: 64 leaves it a 2 x 2 map
+    "tvp": (64, 64),
     "pp_ocrv5_mobile_rec": (96, 64),
     "pp_ocrv5_server_rec": (96, 64),
     "pp_ocrv6_small_rec": (96, 64),
@@ -645,6 +655,7 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
         strip = torch.randn((1, channels, patch, batch * rows * columns * patch), generator=generator)
         return {"pixel_values": strip, "target_sizes": torch.tensor([[rows, columns]] * batch)}
     frames = first_int(vision, ("num_frames", "frames_per_clip"), None) or first_int(config, ("num_frames",), None)
+    frames = frames or CLIP_FRAMES.get(config.model_type)
     if "pixel_values_videos" in parameters and "pixel_values" not in parameters:
         return {"pixel_values_videos": torch.randn((batch, frames or 4, channels, height, width), generator=generator)}
     if frames and config.model_type in FRAMES_IN_BATCH:
@@ -679,6 +690,8 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
 
 # Towers that take every patch as a channels-last cube of its frames (Inkling's), by vision config type.
 PATCH_CUBES = ("inkling_vision",)
+# Video models whose configs do not say how many frames a clip has (InstructBLIP-Video: always 4).
+CLIP_FRAMES = {"instructblipvideo": 4}
 # Idefics-style models whose pixel_attention_mask marks real tiles (batch, tiles), not real pixels.
 TILE_MASKS = ("granite_docling",)
 # Vision towers of video models that take every clip's frames flattened into the batch: (clips x frames, C, H, W).

@@ -442,6 +442,8 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "pp_ocrv6_medium_det": {"intraclass_block_config": INTRACLASS_BLOCK},
     # The DiT's speaker encoder (ECAPA-TDNN) aggregates its three middle blocks' channels into the last one's.
     "qwen2_5_omni_dit": {"enc_channels": [16, 16, 16, 16, 48]},
+    # TVP pads its frames (of its largest size: see tasks.IMAGE_SIZES) with a learned frame of visual_prompt_size.
+    "tvp": {"max_img_size": 2 * IMAGE_SIZE, "visual_prompt_size": PATCH_SIZE},
     # Codecs that quantize the acoustic and semantic features side by side (two tiny widths), whose rotary
     # attention applies to keys of every head (multi-head only).
     "xcodec2": {"quantization_dim": 2 * HIDDEN_SIZE, "num_key_value_heads": NUM_HEADS},
