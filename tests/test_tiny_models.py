@@ -770,3 +770,172 @@ def test_granite_docling_s_mask_marks_real_tiles():
     model = build_tiny_model(cls, config_for(cls, tiny_config("granite_docling")))
     assert dummy_inputs(model)["pixel_attention_mask"].shape == (2, 1)
     assert check_eager("granite_docling")["status"] == "ok"
+
+
+@pytest.mark.parametrize("model_type", ["sam2_video", "sam3_video"])
+def test_a_video_tracker_gets_a_session_over_a_clip_with_one_prompt(model_type):
+    _, cls = model_class(model_type)
+    model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+    inputs = dummy_inputs(model)
+    session = inputs["inference_session"]
+    assert type(session).__name__.endswith("InferenceSession") and inputs["frame_idx"] == 0
+    assert session.num_frames == 2
+    # a tracker follows one clicked object; SAM 3's video model detects what one text prompt names
+    assert session.get_obj_num() == 1 or len(session.prompts) == 1
+    with torch.no_grad():
+        model(**inputs)
+
+
+def test_a_config_that_propagates_its_image_size_gets_the_tiny_one_everywhere():
+    config = tiny_config("sam3_video")
+    assert config.tracker_config.image_size == config.detector_config.image_size == tiny.IMAGE_SIZE
+    assert config.tracker_config.memory_attention_rope_feat_sizes == [tiny.IMAGE_SIZE // 4] * 2
+
+
+@pytest.mark.parametrize("model_type", ["gemma4_assistant", "gemma4_unified_assistant"])
+def test_a_drafter_gets_a_drafting_step_on_its_target_s_states(model_type):
+    _, cls = model_class(model_type)
+    model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+    inputs = dummy_inputs(model)
+    assert inputs["inputs_embeds"].shape[1:] == (1, 2 * model.config.backbone_hidden_size)
+    assert set(inputs["shared_kv_states"]) == set(model.config.get_text_config().layer_types)
+    with torch.no_grad():
+        model(**inputs)
+
+
+def test_a_default_config_that_fails_its_validator_is_built_with_the_fields_it_needs():
+    # Gemma 4's assistant: its default text config has per-layer inputs, which its validator refuses
+    text = tiny_config("gemma4_assistant").text_config
+    assert text.hidden_size_per_layer_input == 0 and text.num_kv_shared_layers == text.num_hidden_layers
+
+
+@pytest.mark.parametrize("model_type", ["gemma3n_text", "granite4_vision"])
+def test_overrides_for_layer_maps_the_defaults_leave_unset_or_inconsistent(model_type):
+    assert check_eager(model_type)["status"] == "ok"
+
+
+@pytest.mark.parametrize("model_type", ["neucodec", "xcodec2"])
+def test_a_codec_with_a_semantic_encoder_gets_audio_and_its_features(model_type):
+    _, cls = model_class(model_type)
+    model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+    inputs = dummy_inputs(model)
+    assert inputs["input_values"].shape[1] == 1  # (batch, 1, samples)
+    bins = model.config.semantic_model_config.feature_projection_input_dim
+    assert inputs["input_features"].shape[-1] == bins
+    with torch.no_grad():
+        model(**inputs)
+
+
+def test_a_required_parameter_typed_optional_is_given_none():
+    _, cls = model_class("phi4_multimodal_audio")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("phi4_multimodal_audio")))
+    inputs = dummy_inputs(model)
+    assert "mask" in inputs and inputs["mask"] is None
+    assert inputs["hidden_states"].shape[-1] == model.config.input_size  # mel bins, not the width
+
+
+def test_audio_cut_into_chunks_gets_each_chunk_s_sample_count():
+    record = check_eager("dots3_note_audio_encoder")
+    assert record["status"] == "ok", record["reason"]
+
+
+def test_a_part_its_container_embeds_tokens_for_gets_embeddings():
+    _, cls = model_class("qwen3_omni_moe_talker_code_predictor")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("qwen3_omni_moe_talker_code_predictor")))
+    inputs = dummy_inputs(model)
+    assert "input_ids" not in inputs and inputs["inputs_embeds"].shape[-1] == model.config.hidden_size
+    with torch.no_grad():
+        model(**inputs)
+
+
+@pytest.mark.parametrize(
+    "model_type, pixels",
+    [("inkling2_vision", (32, 8, 8, 3)), ("inkling_vision", (128, 2, 4, 4, 3))],
+)
+def test_inkling_towers_get_patches_in_their_layout(model_type, pixels):
+    # Inkling 2: one 2 x 2 square of patches per text token, channels last; Inkling: one cube of frames per patch
+    _, cls = model_class(model_type)
+    model = build_tiny_model(cls, config_for(cls, tiny_config(model_type)))
+    inputs = dummy_inputs(model)
+    assert tuple(inputs["pixel_values"].shape) == pixels
+    with torch.no_grad():
+        model(**inputs)
+
+
+def test_quantized_mel_frames_get_one_level_per_bin():
+    _, cls = model_class("inkling_audio")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("inkling_audio")))
+    ids = dummy_inputs(model)["audio_input_ids"]
+    assert ids.shape[-1] == model.config.n_mel_bins and int(ids.max()) < model.config.mel_vocab_size
+
+
+def test_a_robot_policy_gets_its_state_a_denoising_step_and_a_camera_prompt():
+    _, cls = model_class("pi0")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("pi0")))
+    inputs = dummy_inputs(model)
+    config = model.config
+    assert inputs["state"].shape == (2, config.max_state_dim)
+    assert inputs["noise"].shape == (2, config.chunk_size, config.max_action_dim)
+    image_tokens = (inputs["input_ids"] == config.vlm_config.image_token_id).sum(-1)
+    assert image_tokens.tolist() == [(32 // config.vlm_config.vision_config.patch_size) ** 2] * 2
+    with torch.no_grad():
+        model(**inputs)
+
+
+def test_a_decision_head_gets_one_prompt_with_marked_questions():
+    _, cls = model_class("jev")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("jev")))
+    inputs = dummy_inputs(model)
+    assert inputs["input_ids"].shape[0] == 1 and int(inputs["marks"].max()) <= inputs["input_ids"].shape[1]
+    with torch.no_grad():
+        model(**inputs)
+
+
+def test_apertus_1_5_vocabulary_holds_both_codebooks_after_the_text():
+    config = tiny_config("apertus1p5")
+    assert config.image_token_offset + config.vision_config.codebook_size == config.audio_token_offset
+    assert config.audio_token_offset + config.audio_config.codebook_size <= config.text_config.vocab_size
+
+
+def test_a_block_diffusion_drafter_gets_a_block_and_its_target_s_tapped_states():
+    _, cls = model_class("muse_glimmer_assistant")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("muse_glimmer_assistant")))
+    inputs = dummy_inputs(model)
+    config = model.config
+    assert inputs["noise_embeds"].shape[1] == config.block_size
+    assert inputs["context_hidden_states"].shape[-1] == config.hidden_size * len(config.target_layer_ids)
+    with torch.no_grad():
+        model(**inputs)
+
+
+def test_a_code_to_mel_diffusion_step_gets_codes_repeated_into_its_mel_frames():
+    _, cls = model_class("qwen2_5_omni_dit")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("qwen2_5_omni_dit")))
+    inputs = dummy_inputs(model)
+    frames = inputs["quantized_code"].shape[1] * model.config.repeats
+    assert inputs["hidden_states"].shape[1] == inputs["speaker_embedding"].shape[1] == frames
+    with torch.no_grad():
+        model(**inputs)
+
+
+def test_audio_features_that_read_their_placeholders_are_counted_by_the_tower_s_lengths():
+    # Music Flamingo's audio features need the text with their placeholders: counted without calling them
+    record = check_eager("musicflamingo")
+    assert record["status"] == "ok", record["reason"]
+
+
+def test_a_hybrid_vision_model_gets_the_images_for_its_high_resolution_tower_too():
+    _, cls = model_class("deepseek_vl_hybrid")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("deepseek_vl_hybrid")))
+    inputs = dummy_inputs(model)
+    assert inputs["high_res_pixel_values"].shape[-1] == model.config.high_res_vision_config.image_size
+
+
+def test_csm_audio_ends_after_the_codec_frame_its_placeholder_stands_for():
+    _, cls = model_class("csm")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("csm")))
+    inputs = dummy_inputs(model, audio_layout=1)
+    codec = model.config.codec_config
+    assert inputs["input_values_cutoffs"].tolist() == [[int(codec.sampling_rate / codec.frame_rate)]] * 2
+    with torch.no_grad():
+        model(**inputs)

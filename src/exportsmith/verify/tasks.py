@@ -11,7 +11,8 @@ sub-config a class is built from (a composite type's causal LM takes its text co
 text gets `input_ids` (+ `attention_mask`) drawn above the special token ids, encoder-decoders `decoder_input_ids`,
 vision `pixel_values` of the config's size and channels (video clips, image pairs, LLaVA-NeXT tiles + `image_sizes`,
 flattened patches + `image_grid_thw` for Qwen-style towers), audio `input_features`/`input_values` of the length
-the config implies (in one of `AUDIO_LAYOUTS`), forecasters a history of `past_values`; a multimodal model gets every modality it has, with as many
+the config implies (in one of `AUDIO_LAYOUTS`), forecasters a history of `past_values`, video trackers an
+inference session over a short clip with one prompt; a multimodal model gets every modality it has, with as many
 placeholder tokens in `input_ids` as its `get_image_features`/`get_audio_features` return features, framed by the
 config's start/end tokens. Refuses (ValueError) a model whose main input it cannot build.
 """
@@ -170,10 +171,17 @@ def required_parameters(model: torch.nn.Module) -> list[str]:
     return [parameter.name for parameter in signature if parameter.default is inspect.Parameter.empty]
 
 
+# Parts whose container embeds their tokens (Qwen3-Omni's talker and its code predictor sum codec, text and
+# hidden-state embeddings first): they take `inputs_embeds`, their `input_ids` are refused or never embedded.
+EMBEDDED_BY_CONTAINER = ("qwen3_omni_moe_talker_text", "qwen3_omni_moe_talker_code_predictor")
+
+
 def main_input(model: torch.nn.Module, parameters: list[str]) -> str:
     """`main_input_name` where the forward takes it; else the forward's first parameter (sub-models such as vision
     towers often keep the inherited "input_ids"). A generic `inputs` that the forward also takes under a specific
     name (Perceiver's `input_ids`, a speech encoder-decoder's encoder input) is given under that name."""
+    if model.config.model_type in EMBEDDED_BY_CONTAINER:
+        return "inputs_embeds"
     main = model.main_input_name if model.main_input_name in parameters else parameters[0]
     if main == "inputs":
         encoder = getattr(model, "encoder", None)
@@ -216,6 +224,18 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
     )
     if main == "hidden_states" and "grid_thw" in parameters:  # a Qwen-style vision tower on its own
         inputs.update(patch_inputs(model, config, "hidden_states", "grid_thw", shape, generator))
+    elif {"quantized_code", "condition_vector", "speaker_embedding"} <= parameters:
+        # a code-to-mel diffusion transformer (Qwen2.5-Omni's token2wav DiT), one step: codec codes, each repeated
+        # into `repeats` mel frames, the noisy mel at those frames, a reference mel for its speaker encoder, the
+        # speaker embedding per frame, and the step's time
+        codes = (shape.batch, shape.text_length)
+        frames = shape.text_length * config.repeats
+        inputs["quantized_code"] = torch.randint(0, config.num_embeds, codes, generator=generator)
+        inputs[main] = torch.randn((shape.batch, frames, config.mel_dim), generator=generator)
+        inputs["condition_vector"] = torch.randn((shape.batch, AUDIO_FRAMES, config.mel_dim), generator=generator)
+        embedding = (shape.batch, frames, config.enc_emb_dim)
+        inputs["speaker_embedding"] = torch.randn(embedding, generator=generator)
+        inputs["time_step"] = torch.rand((shape.batch,), generator=generator)
     elif main == "latents" or codec_part(model, main) == "decoder":  # a codec's decoder: (batch, width, frames)
         width = first_int(config, ("hidden_size",), 64)
         inputs[main] = torch.randn((shape.batch, width, shape.text_length), generator=generator)
@@ -226,6 +246,14 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         # pixels under another name: BridgeTower's vision tower's `image`, Florence 2's backbone's `hidden_states`
         channels, height, width = image_size(config)
         inputs[main] = torch.randn((shape.batch, channels, height, width), generator=generator)
+    elif main == "state" and hasattr(config, "max_state_dim"):
+        # a flow-matching robot policy (PI0): the robot's state, and one denoising step of an action chunk (its noise
+        # and the step's time in (0, 1), given rather than sampled so that the run is deterministic)
+        inputs["state"] = torch.randn((shape.batch, config.max_state_dim), generator=generator)
+        noise = (shape.batch, config.chunk_size, config.max_action_dim)
+        inputs["noise"] = torch.randn(noise, generator=generator)
+        inputs["timestep"] = torch.rand((shape.batch,), generator=generator)
+        inputs.update(camera_prompt_inputs(config.vlm_config, shape, generator))
     elif main == "states":  # Decision Transformer: a trajectory of states, actions, returns to go, rewards
         inputs.update(trajectory_inputs(config, shape, generator))
     elif main == "audio_mel":  # Gemma 3n's audio encoder: (batch, frames, mel bins) and which frames are padding
@@ -235,18 +263,36 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
     elif main == "flattened_patches":  # Pix2Struct: each patch's (row, column) from 1, then its pixels
         inputs.update(numbered_patches(sub_config(config, "vision_config"), shape, generator))
     elif main in EMBEDDING_INPUTS:  # a stack that takes embeddings (or stacked audio features)
-        width = first_int(config, ("input_dim", "hidden_size", "d_model", "embed_dim"), 64)
+        width = first_int(config, ("input_dim", "input_size", "hidden_size", "d_model", "embed_dim"), 64)
         inputs[main] = torch.randn((shape.batch, shape.text_length, width), generator=generator)
     elif main == "mel_spectrogram":  # a vocoder over (batch, mel bins, frames)
         bins = first_int(config, ("mel_dim", "num_mel_bins"), 80)
         inputs[main] = torch.randn((shape.batch, bins, AUDIO_FRAMES), generator=generator)
     elif main == "past_values":  # a time series forecaster
         inputs.update(time_series_inputs(config, parameters, shape, generator))
+    elif "shared_kv_states" in parameters and hasattr(config, "backbone_hidden_size"):
+        inputs.update(drafter_inputs(config, shape, generator))
+    elif main == "noise_embeds" and "context_hidden_states" in parameters:
+        # a block-diffusion drafter (Muse Glimmer's): a block of embeddings to denoise, and the target model's
+        # hidden states at its tapped layers (concatenated) over the tokens accepted so far
+        width = config.hidden_size
+        inputs[main] = torch.randn((shape.batch, config.block_size, width), generator=generator)
+        context = (shape.batch, shape.text_length, width * len(config.target_layer_ids))
+        inputs["context_hidden_states"] = torch.randn(context, generator=generator)
+        # keys and values span the context and the block
+        inputs["attention_mask"] = torch.ones((shape.batch, shape.text_length + config.block_size), dtype=torch.long)
+    elif main == "inference_session":  # a video tracker: a session holding a short clip and one prompted object
+        inputs.update(video_session_inputs(model, config, shape, generator))
     elif main == "spectrogram":  # a vocoder
         bins = first_int(config, ("model_in_dim", "num_mel_bins"), 80)
         inputs[main] = torch.randn((shape.batch, AUDIO_FRAMES, bins), generator=generator)
     elif wants_images:
         inputs.update(image_inputs(model, config, parameters, shape, generator))
+    if "high_res_pixel_values" in parameters and "pixel_values" in inputs:
+        # DeepSeek-VL hybrid: the same images for its high-resolution tower too, at that tower's size
+        channels, height, width = image_size(sub_config(config, "high_res_vision_config"))
+        size = (shape.batch, channels, height, width)
+        inputs["high_res_pixel_values"] = torch.randn(size, generator=generator)
     if wants_audio:
         inputs.update(audio_inputs(config, parameters, main, audio_layout, shape, generator))
         for mask in AUDIO_MASKS:
@@ -258,16 +304,32 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
             # which samples of the raw audio are real (all of them), where the audio features need it
             audio = inputs.get("input_values", next(iter(inputs.values())))
             inputs["padding_mask"] = torch.ones((shape.batch, audio.shape[-1]), dtype=torch.long)
+    if {"input_values", "input_features"} <= set(required_parameters(model)):
+        # a codec with a semantic encoder beside its acoustic one (NeuCodec, X-Codec 2): raw audio (batch, 1,
+        # samples) and the semantic encoder's features of the same audio, (batch, frames, bins) at its 50 Hz
+        semantic = sub_config(config, "semantic_model_config")
+        bins = first_int(semantic, FEATURE_BINS, 80)
+        inputs["input_values"] = torch.randn((shape.batch, 1, AUDIO_SAMPLES), generator=generator)
+        frames = AUDIO_SAMPLES // 320
+        inputs["input_features"] = torch.randn((shape.batch, frames, bins), generator=generator)
+        inputs.pop("padding_mask", None)  # optional; all real
+        if "input_features_mask" in inputs:
+            inputs["input_features_mask"] = torch.ones((shape.batch, frames), dtype=torch.long)
     # A second text input (a Q-Former's prompt, ...) before the main one: image features may depend on it.
     for name in required_parameters(model):
         if name.endswith("_input_ids") and name not in inputs:
             prefix = name.removesuffix("_input_ids")
+            if isinstance(getattr(config, "mel_vocab_size", None), int):
+                # quantized mel frames (Inkling's audio tower): (batch, frames, mel bins), one level per bin
+                size = (shape.batch, shape.text_length, config.n_mel_bins)
+                inputs[name] = torch.randint(0, config.mel_vocab_size, size, generator=generator)
+                continue
             inputs[name] = random_tokens(
                 vocab(sub_config(config, f"{prefix}_config", "text_config")),
                 (shape.batch, shape.text_length),
                 generator,
             )
-    if "input_ids" in parameters:
+    if "input_ids" in parameters and main != "inputs_embeds" and "input_ids" not in inputs:
         inputs.update(text_inputs(model, config, parameters, inputs, shape, generator))
     if "encoder_hidden_states" in parameters and type(model).__name__.endswith("Decoder") and main == "input_ids":
         # the decoder of an encoder-decoder built on its own cross-attends to encoder states
@@ -293,14 +355,64 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
     if "decoder_input_ids" in parameters and getattr(config, "is_encoder_decoder", False):
         size = (shape.batch, shape.decoder_length) + code_channels(sub_config(config, "decoder_config"))
         inputs["decoder_input_ids"] = random_tokens(decoder_vocab(config), size, generator)
+    if "classes_structure" in parameters:  # OmDet-Turbo: each image's class prompts flattened, and its task prompt
+        classes = 2
+        text = vocab(config)
+        for name, rows in (("classes", shape.batch * classes), ("tasks", shape.batch)):
+            inputs[f"{name}_input_ids"] = random_tokens(text, (rows, shape.text_length), generator)
+            inputs[f"{name}_attention_mask"] = torch.ones((rows, shape.text_length), dtype=torch.long)
+        inputs["classes_structure"] = torch.full((shape.batch,), classes)
+    if {"marks", "num_options", "question_type_ids"} <= parameters:
+        # a decision head over one prompt (JEV): the positions (from 1) of the tokens that mark its questions, each
+        # question's option count and type
+        questions = 2
+        inputs["marks"] = torch.tensor([[shape.text_length // 2, shape.text_length]])
+        inputs["num_options"] = torch.full((1, questions), 2)
+        inputs["question_type_ids"] = torch.zeros((1, questions), dtype=torch.long)
+        inputs["input_ids"] = inputs["input_ids"][:1]
+    if "input_values_cutoffs" in parameters and "input_values" in inputs:
+        # where each sample's audio ends among its samples (CSM): one codec frame's worth, which its one audio
+        # placeholder stands for
+        codec = sub_config(config, "codec_config")
+        frame = int(codec.sampling_rate / codec.frame_rate)
+        inputs["input_values_cutoffs"] = torch.full((shape.batch, 1), min(frame, inputs["input_values"].shape[-1]))
+    if "chunk_sample_lengths" in required_parameters(model) and "input_features" in inputs:
+        # audio cut into chunks (Dots3 Note's encoder): each chunk's samples, all of its (batch, bins, frames) real
+        hop = first_int(config, ("hop_length",), 160)
+        features = inputs["input_features"]
+        inputs["chunk_sample_lengths"] = torch.full((features.shape[0],), features.shape[-1] * hop)
+    for name in required_parameters(model):
+        if name not in inputs and accepts_none(model, name):
+            inputs[name] = None  # required but optional by type (Phi-4's audio mask): none, as the signature allows
     if main not in inputs:
         raise ValueError(f"cannot build the main input {main!r} of {type(model).__name__}")
     return inputs
 
 
+def accepts_none(model: torch.nn.Module, name: str) -> bool:
+    """Whether the forward's annotation of `name` includes None (`X | None`, `Optional[X]`)."""
+    annotation = inspect.signature(model.forward).parameters[name].annotation
+    return annotation is not inspect.Parameter.empty and type(None) in getattr(annotation, "__args__", ())
+
+
 # Main inputs that are a sequence of vectors of the model's width, (batch, length, width): a stack's embeddings, a
 # Q-Former's queries, a perceiver resampler's context.
 EMBEDDING_INPUTS = ("hidden_states", "inputs_embeds", "query_embeds", "context")
+
+
+def camera_prompt_inputs(vlm, shape: InputShape, generator: torch.Generator) -> dict:
+    """A policy's prompt (PI0): one camera image per sample (batch, cameras, C, H, W) and which cameras are real, and
+    the text led by one image token per patch of it."""
+    channels, height, width = image_size(vlm.vision_config)
+    patch = first_int(vlm.vision_config, ("patch_size",), 14)
+    image_tokens = torch.full((shape.batch, (height // patch) * (width // patch)), vlm.image_token_id)
+    input_ids = torch.cat([image_tokens, random_tokens(vocab(vlm), (shape.batch, shape.text_length), generator)], 1)
+    return {
+        "pixel_values": torch.randn((shape.batch, 1, channels, height, width), generator=generator),
+        "pixel_attention_mask": torch.ones((shape.batch, 1), dtype=torch.bool),
+        "input_ids": input_ids,
+        "attention_mask": torch.ones_like(input_ids),
+    }
 
 
 def trajectory_inputs(config, shape: InputShape, generator: torch.Generator) -> dict:
@@ -313,6 +425,53 @@ def trajectory_inputs(config, shape: InputShape, generator: torch.Generator) -> 
         "timesteps": torch.arange(shape.text_length).expand(size),
         "attention_mask": torch.ones(size, dtype=torch.long),
     }
+
+
+def drafter_inputs(config, shape: InputShape, generator: torch.Generator) -> dict:
+    """A drafting step of a drafter that runs on its target model's states (Gemma 4's assistant), as `generate`
+    makes one: the last token's embedding beside the target's last hidden state (2 x the target's width), and the
+    keys and values of the target's last layer of each kind, (batch, kv heads, target length, head dim), which every
+    drafter layer of that kind attends to."""
+    text = config.get_text_config()
+    width = 2 * config.backbone_hidden_size
+    inputs = {"inputs_embeds": torch.randn((shape.batch, 1, width), generator=generator)}
+    per_layer = getattr(text, "per_layer_config", None)
+    states = {}
+    for index, kind in enumerate(text.layer_types):  # the last layer of a kind wins
+        layer = per_layer[index] if per_layer is not None else text
+        size = (shape.batch, layer.num_key_value_heads, shape.text_length, layer.head_dim)
+        states[kind] = (torch.randn(size, generator=generator), torch.randn(size, generator=generator))
+    inputs["shared_kv_states"] = states
+    return inputs
+
+
+VIDEO_FRAMES = 2
+
+
+def video_session_inputs(model, config, shape: InputShape, generator: torch.Generator) -> dict:
+    """A video tracker's inputs, as its processor's `init_video_session` and prompt methods leave them: a session
+    (the class the forward annotates) over a clip of VIDEO_FRAMES frames, and on frame 0 one object prompted by a
+    point (trackers) or one text prompt (SAM 3 video, which detects what the text names), tokenized to the text
+    tower's vocabulary."""
+    session_class = inspect.signature(type(model).forward).parameters["inference_session"].annotation
+    channels, height, width = image_size(vision_config(config))
+    video = torch.randn((VIDEO_FRAMES, channels, height, width), generator=generator)
+    session = session_class(video=video, video_height=height, video_width=width, dtype=torch.float32)
+    if hasattr(session, "add_prompt"):
+        prompt_id = session.add_prompt("object")
+        text = sub_config(config, "detector_config")
+        session.prompt_input_ids[prompt_id] = random_tokens(vocab(text), (1, shape.text_length), generator)
+        session.prompt_attention_masks[prompt_id] = torch.ones((1, shape.text_length), dtype=torch.long)
+    else:
+        obj_id = 1
+        obj_idx = session.obj_id_to_idx(obj_id)
+        # a point in the middle of the frame, a positive click (label 1), as (frame, objects, points, xy)
+        point = torch.tensor([[[[width / 2, height / 2]]]])
+        session.add_point_inputs(
+            obj_idx, 0, {"point_coords": point, "point_labels": torch.ones((1, 1, 1), dtype=torch.int32)}
+        )
+        session.obj_with_new_inputs = [obj_id]
+    return {"inference_session": session, "frame_idx": 0}
 
 
 def numbered_patches(vision, shape: InputShape, generator: torch.Generator, side: int = 4) -> dict:
@@ -357,8 +516,10 @@ def time_series_inputs(config, parameters: set[str], shape: InputShape, generato
 
 
 def images_in_config(config) -> bool:
-    """A single config that also sizes images (ViLT's image size)."""
-    return isinstance(getattr(config, "image_size", None), int)
+    """A single config that also sizes images (ViLT's image size, TVP's largest frame)."""
+    return isinstance(getattr(config, "image_size", None), int) or isinstance(
+        getattr(config, "max_img_size", None), int
+    )
 
 
 def tower_left_out(config, name: str, main: str) -> bool:
@@ -435,6 +596,8 @@ def vision_config(config):
 # Image sizes that a config does not give and the default 32 x 32 is too small for: OCR text-line recognizers
 # pool their last feature map by 3 x 2 after striding the height by up to 32.
 IMAGE_SIZES = {
+    # TVP's ResNet halves a frame five times, then max-pools: 64 leaves it a 2 x 2 map
+    "tvp": (64, 64),
     "pp_ocrv5_mobile_rec": (96, 64),
     "pp_ocrv5_server_rec": (96, 64),
     "pp_ocrv6_small_rec": (96, 64),
@@ -464,6 +627,11 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
     vision = vision_config(config)
     channels, height, width = image_size(vision)
     patch = first_int(vision, ("patch_size",), None)
+    if getattr(vision, "model_type", None) in PATCH_CUBES:
+        # each patch a (frames, patch, patch, channels) cube, every image's patches one after the other
+        frames = first_int(vision, ("temporal_patch_size",), 1)
+        count = batch * (height // patch) * (width // patch)
+        return {"pixel_values": torch.randn((count, frames, patch, patch, channels), generator=generator)}
     flat = FLAT_PATCH_INPUTS & parameters or config.model_type in FLAT_PATCH_TOWERS
     if patch and flat and embeds_flat_patches(model, channels * patch * patch):
         return flat_patch_inputs(parameters, batch, channels, patch, height // patch, width // patch, generator)
@@ -487,6 +655,7 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
         strip = torch.randn((1, channels, patch, batch * rows * columns * patch), generator=generator)
         return {"pixel_values": strip, "target_sizes": torch.tensor([[rows, columns]] * batch)}
     frames = first_int(vision, ("num_frames", "frames_per_clip"), None) or first_int(config, ("num_frames",), None)
+    frames = frames or CLIP_FRAMES.get(config.model_type)
     if "pixel_values_videos" in parameters and "pixel_values" not in parameters:
         return {"pixel_values_videos": torch.randn((batch, frames or 4, channels, height, width), generator=generator)}
     if frames and config.model_type in FRAMES_IN_BATCH:
@@ -519,6 +688,10 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
     return {"pixel_values": torch.randn(pixels, generator=generator), "image_sizes": sizes}
 
 
+# Towers that take every patch as a channels-last cube of its frames (Inkling's), by vision config type.
+PATCH_CUBES = ("inkling_vision",)
+# Video models whose configs do not say how many frames a clip has (InstructBLIP-Video: always 4).
+CLIP_FRAMES = {"instructblipvideo": 4}
 # Idefics-style models whose pixel_attention_mask marks real tiles (batch, tiles), not real pixels.
 TILE_MASKS = ("granite_docling",)
 # Vision towers of video models that take every clip's frames flattened into the batch: (clips x frames, C, H, W).
@@ -563,6 +736,8 @@ def requires_image_sizes(model: torch.nn.Module) -> bool:
 # Towers that take Qwen-style patches as (patches, channels, patch, patch) images, which they convolve without a
 # reshape (others that convolve patches, HunYuan-VL's, reshape flat ones themselves: the modules do not tell).
 UNFLATTENED_PATCHES = ("kimi_k25", "kimi_k25_vision", "paddleocr_vl")
+# Towers that take one square of merged patches per language-model token (Inkling 2), by vision config type.
+MERGED_PATCH_TOKENS = ("inkling2_vision",)
 # ... and towers that take them as one sequence of such images: (1, patches, channels, patch, patch).
 PATCH_SEQUENCES = ("paddleocr_vl_vision",)
 
@@ -581,7 +756,13 @@ def patch_inputs(
     if grid_name.endswith("_hw"):  # a grid of images only: (height, width)
         grid = grid[:, 1:]
     pixels = torch.randn((shape.batch * grid_h * grid_w, channels * temporal * patch * patch), generator=generator)
-    if config.model_type in UNFLATTENED_PATCHES:
+    if getattr(vision, "model_type", None) in MERGED_PATCH_TOKENS:
+        # one entry per language-model token: merge x merge patches as one image square, channels last, and the
+        # grid counted in those tokens
+        merge = first_int(vision, ("spatial_merge_size",), 2)
+        grid[:, -2:] //= merge
+        pixels = pixels.view(-1, patch * merge, patch * merge, channels)
+    elif config.model_type in UNFLATTENED_PATCHES:
         pixels = pixels.view(-1, channels, patch, patch)
     elif config.model_type in PATCH_SEQUENCES:
         pixels = pixels.view(1, -1, channels, patch, patch)
@@ -785,9 +966,17 @@ def placeholder_block(model, config, modality: Modality, placeholder: int, media
     accepted = inspect.signature(getattr(model, modality.features)).parameters
     # a method that takes **kwargs passes them on (to the inner model's method): it gets every media input
     takes_all = any(parameter.kind is parameter.VAR_KEYWORD for parameter in accepted.values())
-    with torch.no_grad():
-        features = getattr(model, modality.features)(**{k: v for k, v in media.items() if k in accepted or takes_all})
-    count = feature_count(features) // batch
+    tower = next((module.audio_tower for module in model.modules() if hasattr(module, "audio_tower")), None)
+    if "input_ids" in accepted and modality is MODALITIES[1] and tower is not None:
+        # features that read their placeholders' positions in the text (Music Flamingo's time embedding): as many
+        # as the audio tower's own length formula gives for the unpadded frames
+        frames = next(media[mask] for mask in AUDIO_MASKS if mask in media).sum(-1)
+        lengths = tower._get_feat_extract_output_lengths(frames)
+        count = int((lengths[-1] if isinstance(lengths, tuple) else lengths)[0])
+    else:
+        with torch.no_grad():
+            passed = {k: v for k, v in media.items() if k in accepted or takes_all}
+            count = feature_count(getattr(model, modality.features)(**passed)) // batch
     start, end = token_id(config, *modality.start), token_id(config, *modality.end)
     block = [start] * (start is not None) + [placeholder] * count + [end] * (end is not None)
     return torch.tensor(block, dtype=torch.long).expand(batch, -1)
@@ -795,6 +984,10 @@ def placeholder_block(model, config, modality: Modality, placeholder: int, media
 
 def feature_count(features) -> int:
     """The number of feature vectors in a get_*_features result (a tensor, a list of them, or a ModelOutput)."""
+    deepstack = getattr(features, "deepstack_features", None)
+    if deepstack and isinstance(deepstack[0], tuple) and isinstance(deepstack[0][0], int):
+        # Granite 4 Vision: (text layer, features) pairs, as many features each (Qwen3-VL's are plain tensors)
+        return feature_count(deepstack[0][1])
     if isinstance(features, transformers.utils.ModelOutput):
         features = features.pooler_output if getattr(features, "pooler_output", None) is not None else features[0]
     if isinstance(features, torch.Tensor):

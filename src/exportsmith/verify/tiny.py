@@ -188,6 +188,14 @@ def prefixed(prefix: str, values: dict) -> dict:
     return {f"{prefix}{name}": value for name, value in values.items()}
 
 
+SAM2 = {
+    **prefixed("vision_config.backbone_config.", HIERA),
+    **prefixed("vision_config.", HIERA_NECK),
+    # prompts are embedded on the grid of the image embeddings: the third stage, stride 16
+    "prompt_encoder_config.patch_size": 16,
+}
+
+
 COMPASS_ROPE = {"full_attention": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}}
 
 DEEPSEEK_OCR2_TEXT = {"mlp_layer_types": ["dense", "sparse"], "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1}
@@ -200,6 +208,23 @@ QWEN4_INDEXER = {
     "indexer_head_dim": HEAD_DIM,
     "indexer_budget": 8,
     "indexer_compress_ratio": 2,
+}
+
+# PP-OCR's intra-class blocks (unset by default, the checkpoints set them): (kernel, stride, padding) of each conv,
+# every one keeping the feature map's size: square, tall and wide kernels of 7, 5 and 3 (as PP-OCR's IntraCLBlock),
+# 1 x 1 in and out.
+INTRACLASS_BLOCK = {
+    "reduce_channel": [1, 1, 0],
+    "return_channel": [1, 1, 0],
+    "symmetric_conv_long_longratio": [[7, 7], 1, [3, 3]],
+    "vertical_long_to_small_conv_longratio": [[7, 1], 1, [3, 0]],
+    "horizontal_small_to_long_conv_longratio": [[1, 7], 1, [0, 3]],
+    "symmetric_conv_long_midratio": [[5, 5], 1, [2, 2]],
+    "vertical_long_to_small_conv_midratio": [[5, 1], 1, [2, 0]],
+    "horizontal_small_to_long_conv_midratio": [[1, 5], 1, [0, 2]],
+    "symmetric_conv_long_shortratio": [[3, 3], 1, [1, 1]],
+    "vertical_long_to_small_conv_shortratio": [[3, 1], 1, [1, 0]],
+    "horizontal_small_to_long_conv_shortratio": [[1, 3], 1, [0, 1]],
 }
 
 # Per model type, only where the generic rule cannot work: a path of init fields ("text_config.hidden_size") ->
@@ -215,6 +240,7 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
         "talker_config.spatial_merge_size": 2,  # the vision tower's
         "thinker_config.vision_start_token_id": SPECIAL_IDS - 1,  # an unused special id
     },
+    "qwen3_omni_moe_talker_text": {"shared_expert_intermediate_size": 2 * HIDDEN_SIZE},
     # Attributes that the composite config sets on its parts, read by the part's modeling code when it is built alone.
     "t5gemma2_text": {"dropout_rate": 0.0},
     "t5gemma2_decoder": {"dropout_rate": 0.0},
@@ -292,11 +318,15 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "sam3_tracker": {"vision_config.backbone_feature_sizes": [[32, 32], [16, 16], [8, 8]]},
     "sam2_hiera_det_model": HIERA,
     "sam2_vision_model": {**prefixed("backbone_config.", HIERA), **HIERA_NECK},
-    "sam2": {
-        **prefixed("vision_config.backbone_config.", HIERA),
-        **prefixed("vision_config.", HIERA_NECK),
-        # prompts are embedded on the grid of the image embeddings: the third stage, stride 16
-        "prompt_encoder_config.patch_size": 16,
+    "sam2": SAM2,
+    # the video trackers built on SAM 2's Hiera tower (EdgeTAM's video model too, by default)
+    "sam2_video": SAM2,
+    # (its perceiver resampler adds a position encoding of the full width to each head's keys: one head of it; its
+    # 2-D latents are one per window of the memory's 2 x 2 grid, stride 16)
+    "edgetam_video": {
+        **SAM2,
+        "perceiver_resampler_attention_head_dim": HIDDEN_SIZE,
+        "perceiver_resampler_num_latents_2d": 4,
     },
     # Forecasters whose horizon has no default (a dataset sets it); the context defaults to the horizon.
     "time_series_transformer": {"prediction_length": 4},
@@ -393,6 +423,79 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "mllama_vision_model": {"intermediate_layers_indices": [0, 0, 0, 1, 1]},
     # Molmo 2's tower has a position embedding per patch of its default image: one per tiny patch.
     "molmo2_vision": {"num_position_embeddings": (IMAGE_SIZE // PATCH_SIZE) ** 2},
+    # Phi-4's audio conformer: its pointwise and depthwise-separable convolutions map the width to itself.
+    "phi4_multimodal_audio": {"ext_pw_out_channel": HIDDEN_SIZE, "depthwise_separable_out_channel": HIDDEN_SIZE},
+    # Inkling's vision tower exports its layer count as `n_layers` (an attribute_map alias), which is not an init
+    # field: the tiny count goes under the field's name. Its layers fold the patch grid until the last one projects
+    # to the text width.
+    "inkling_vision": {"num_hidden_layers": NUM_LAYERS},
+    "inkling_mm_model": {"vision_config.num_hidden_layers": NUM_LAYERS},
+    # Apertus 1.5's vocabulary holds its text tokens, then the image codebook's, then the audio codebook's, back to
+    # back (after the special ids): room for the two tiny codebooks.
+    "apertus1p5": {
+        "text_config.vocab_size": 3 * VOCAB_SIZE,
+        "image_token_offset": VOCAB_SIZE // 2,
+        "audio_token_offset": VOCAB_SIZE // 2 + VOCAB_SIZE,
+    },
+    "qwen3_omni_moe_thinker": {"vision_start_token_id": SPECIAL_IDS - 2},
+    "pp_ocrv5_server_det": {"intraclass_block_config": INTRACLASS_BLOCK},
+    "pp_ocrv6_medium_det": {"intraclass_block_config": INTRACLASS_BLOCK},
+    # The DiT's speaker encoder (ECAPA-TDNN) aggregates its three middle blocks' channels into the last one's.
+    "qwen2_5_omni_dit": {"enc_channels": [16, 16, 16, 16, 48]},
+    # TVP pads its frames (of its largest size: see tasks.IMAGE_SIZES) with a learned frame of visual_prompt_size.
+    "tvp": {"max_img_size": 2 * IMAGE_SIZE, "visual_prompt_size": PATCH_SIZE},
+    # Codecs that quantize the acoustic and semantic features side by side (two tiny widths), whose rotary
+    # attention applies to keys of every head (multi-head only).
+    "xcodec2": {"quantization_dim": 2 * HIDDEN_SIZE, "num_key_value_heads": NUM_HEADS},
+    "neucodec": {"quantization_dim": 2 * HIDDEN_SIZE, "num_key_value_heads": NUM_HEADS},
+    # Molmo 2's adapter taps two layers of the tower, counted from its end.
+    "molmo2": {
+        "vision_config.num_position_embeddings": (IMAGE_SIZE // PATCH_SIZE) ** 2,
+        "adapter_config.vision_feature_layer": [-1, -2],
+    },
+    # ESMFold 2's language model is an ESMC, whose validator refuses grouped-query attention; its atom encoders'
+    # 3-D rotary embedding packs 3 x 2 spatial + 10 id frequency pairs into half a head: heads of 32.
+    "esmfold2": {
+        "esmc_config.num_key_value_heads": NUM_HEADS,
+        "atom_encoder.num_attention_heads": 2,
+        "atom_encoder.head_dim": 2 * HEAD_DIM,
+        "structure_head.diffusion_module.atom_encoder.num_attention_heads": 2,
+        "structure_head.diffusion_module.atom_encoder.head_dim": 2 * HEAD_DIM,
+        # the atom stacks scatter into the token transformers: their output is the tiny width
+        "atom_encoder.output_dim": HIDDEN_SIZE,
+        "structure_head.diffusion_module.atom_encoder.output_dim": HIDDEN_SIZE,
+        # the token features: the atom stack's output, then two one-hot residue types (33 each) and one flag
+        "single_inputs_size": HIDDEN_SIZE + 2 * 33 + 1,
+    },
+    # Its last num_kv_shared_layers layers reuse the cache of an earlier layer of their kind: three layers, so that
+    # both kinds produce a cache before the third (sliding) one reuses one; sparsity follows the layers.
+    "gemma3n_text": {
+        "num_hidden_layers": 3,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "activation_sparsity_pattern": [0.95, 0.0, 0.0],
+        "intermediate_size": [2 * HIDDEN_SIZE] * 3,
+    },
+    # Which vision layers feed which text layers (a checkpoint sets it; None by default): the tiny layers.
+    "granite4_vision": {
+        "deepstack_layer_map": [[-1, 0], [-2, 1]],
+        "spatial_target_layers": [0, 1, 0, 1],
+        # its window Q-Former's query / key window sides, on the 8 x 8 patch grid
+        "downsample_rate": "1/2",
+    },
+}
+
+# Init fields, per model type, without which even the default config fails its own validator (the released
+# checkpoints set them): the defaults that the tiny rule starts from are built with them.
+DEFAULT_FIELDS: dict[str, dict[str, object]] = {
+    # The assistant drafter reads the target model's per-layer inputs: its validator wants none of its own.
+    "gemma4_assistant": {
+        "text_config": {
+            "hidden_size_per_layer_input": 0,
+            "vocab_size_per_layer_input": 0,
+            "enable_moe_block": False,
+            "use_double_wide_mlp": False,
+        }
+    },
 }
 
 
@@ -406,10 +509,17 @@ def tiny_config(model_type: str) -> PretrainedConfig:
         raise ValueError(f"unknown model type {model_type!r} (not in transformers' CONFIG_MAPPING_NAMES)")
     config_class = CONFIG_MAPPING[model_type]
     token_ids = TokenIds()
-    fields = shrink_config_fields(config_class, config_class().to_dict(), token_ids, top_level=True)
+    default = config_class(**DEFAULT_FIELDS.get(model_type, {}))
+    fields = shrink_config_fields(config_class, default.to_dict(), token_ids, top_level=True)
     for path, value in MODEL_OVERRIDES.get(model_type, {}).items():
         set_path(fields, path, value)
-    return config_class(**fields)
+    config = config_class(**fields)
+    image_size = getattr(config_class, "image_size", None)
+    if isinstance(image_size, property) and image_size.fset is not None:
+        # a config whose image size is a property that sets it on its parts with the sizes that follow from it (SAM
+        # 3's video model: tracker and detector, feature-map and rope sizes), set as its docs do
+        config.image_size = IMAGE_SIZE
+    return config
 
 
 def init_fields(config_class: type) -> set[str]:
