@@ -1192,7 +1192,7 @@ class CondBranches(Codemod):
                 continue
             # Line numbers for the findings; printing a statement is the cost, so none after the last candidate
             first_line = line
-            line += tree.code_for_node(stmt).count("\n")
+            line += self.statement_code(tree, stmt).count("\n")
             if index not in with_candidates:
                 body.append(stmt)
                 continue

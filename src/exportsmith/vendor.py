@@ -29,6 +29,8 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 
+from codemods.base import StatementCodes
+
 from . import __version__
 from .pipeline import Change
 
@@ -138,6 +140,9 @@ def vendor_module(
                 stmt = transformer.leave_SimpleStatementLine(stmt, stmt)
             body.extend(stmt.nodes if isinstance(stmt, cst.FlattenSentinel) else [stmt])
         tree = tree.with_changes(body=body)
+        # The statements the imports left alone keep the code the pipeline printed for them
+        codes = change.codes if change.codes is not None and change.tree is not None else StatementCodes()
+        return header(change, version, regenerate) + codes.module_code(tree)
     return header(change, version, regenerate) + tree.code
 
 
