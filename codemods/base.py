@@ -56,6 +56,12 @@ class Codemod(LibcstCodemod):
         codes = self.context.scratch.get(StatementCodes.SCRATCH_KEY)
         return codes.code(module, stmt) if codes is not None else module.code_for_node(stmt)
 
+    def remember_statement_code(self, module: cst.Module, stmt: cst.CSTNode, code: str) -> None:
+        """Gives the engine's `StatementCodes` the code of a top-level statement the codemod printed itself."""
+        codes = self.context.scratch.get(StatementCodes.SCRATCH_KEY)
+        if codes is not None:
+            codes.remember(module, stmt, code)
+
     def report(self, line: int, kind: str, construct: str, reason: str) -> None:
         """Records a finding on the shared context."""
         findings = self.context.scratch.setdefault("findings", [])
@@ -80,6 +86,10 @@ class StatementCodes:
         if entry is None or entry[0] is not stmt:
             entry = self._codes[key] = (stmt, module.code_for_node(stmt))
         return entry[1]
+
+    def remember(self, module: cst.Module, stmt: cst.CSTNode, code: str) -> None:
+        """Records `code`, which must be `module.code_for_node(stmt)`, printed by other means."""
+        self._codes[(id(stmt), module.default_indent, module.default_newline)] = (stmt, code)
 
     def module_code(self, module: cst.Module) -> str:
         """`module.code`, from the statements' codes: a module prints as its header, statements and footer in turn

@@ -47,12 +47,15 @@ there would vendor the whole module, and the classes they define must stay trans
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst._nodes.internal import CodegenState
 
 from .base import LINE_LENGTH, Codemod
 
@@ -797,11 +800,34 @@ def _has_candidates(stmt: cst.CSTNode) -> bool:
     return candidates.found
 
 
+# What libcst's PositionProvider counts as a line break
+_NEWLINE = re.compile(r"\r\n?|\n")
+
+
+@dataclass
+class _IfLineState(CodegenState):
+    """A plain code generation that notes the line of each `if` (and `elif`) keyword as it prints it: the line
+    libcst's PositionProvider gives as the `if`'s start, without that provider's bookkeeping at every node."""
+
+    if_lines: dict[int, int] = field(default_factory=dict)  # id(if) -> 1-based line
+    _line: int = 1
+    _counted: int = 0  # tokens already counted into `_line`
+
+    def record_syntactic_position(self, node, *, start_node=None, end_node=None):
+        if isinstance(node, cst.If):
+            for token in self.tokens[self._counted :]:
+                if "\n" in token or "\r" in token:
+                    self._line += len(_NEWLINE.findall(token))
+            self._counted = len(self.tokens)
+            self.if_lines[id(node)] = self._line
+        return contextlib.nullcontext()
+
+
 class _Rewriter(_Statements, cst.CSTTransformer):
-    def __init__(self, codemod: "CondBranches", positions, first_line: int, torch_imported: bool, indent: int):
+    def __init__(self, codemod: "CondBranches", if_lines, first_line: int, torch_imported: bool, indent: int):
         self.codemod = codemod
-        self.positions = positions  # of the top-level statement being rewritten, which starts at `first_line`
-        self.first_line = first_line
+        self.if_lines = if_lines  # id(if) -> its line in the top-level statement being rewritten
+        self.first_line = first_line  # where that statement starts
         self.torch_imported = torch_imported
         self.indent = indent
         self.functions: list[cst.FunctionDef] = []
@@ -856,7 +882,7 @@ class _Rewriter(_Statements, cst.CSTTransformer):
         if all(_data_dependent_call(test, shapes) is None for test in tests):
             return updated_node
         site = original_node if _data_dependent_call(original_node.test, shapes) is not None else original_node.orelse
-        line = self.first_line - 1 + self.positions[site].start.line
+        line = self.first_line - 1 + self.if_lines[id(site)]
         construct = _one_line(site.test)
         try:
             if site is not original_node:
@@ -1192,14 +1218,17 @@ class CondBranches(Codemod):
                 continue
             # Line numbers for the findings; printing a statement is the cost, so none after the last candidate
             first_line = line
-            line += self.statement_code(tree, stmt).count("\n")
             if index not in with_candidates:
+                line += self.statement_code(tree, stmt).count("\n")
                 body.append(stmt)
                 continue
-            # Positions cost several times a plain code generation: resolve them for this statement only
-            alone = tree.with_changes(header=[], body=[stmt], footer=[])
-            positions = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
-            new = stmt.visit(_Rewriter(self, positions, first_line, torch_imported, indent))
+            # The lines of its `if`s come from the same printing (libcst's PositionProvider costs several times it)
+            state = _IfLineState(default_indent=tree.default_indent, default_newline=tree.default_newline)
+            stmt._codegen(state)
+            code = "".join(state.tokens)
+            self.remember_statement_code(tree, stmt, code)
+            line += code.count("\n")
+            new = stmt.visit(_Rewriter(self, state.if_lines, first_line, torch_imported, indent))
             changed = changed or new is not stmt
             body.append(new)
         return tree.with_changes(body=body) if changed else tree

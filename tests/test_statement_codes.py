@@ -66,3 +66,26 @@ def test_text_moved_between_statements_compares_as_the_whole_text():
     assert codes.code(module, cls) != codes.code(moved, moved.body[1])
     assert moved.code == module.code
     assert not codes.prints_differently(module, moved)
+
+
+CRLF_SOURCE = "def f(x):\r\n    # c\r\n    if x.any():\r\n        y = 1\r\n    elif x.all():\r\n        y = 2\r\n    return y\r\n"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [SOURCE, CRLF_SOURCE, *(path.read_text(encoding="utf-8") for path in FIXTURES if "cond_branches" in path.parts)],
+)
+def test_if_lines_are_the_position_providers(source):
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    from codemods.cond_branches import _IfLineState
+
+    module = cst.parse_module(source)
+    for stmt in module.body:
+        state = _IfLineState(default_indent=module.default_indent, default_newline=module.default_newline)
+        stmt._codegen(state)
+        assert "".join(state.tokens) == module.code_for_node(stmt)
+        alone = module.with_changes(header=[], body=[stmt], footer=[])
+        positions = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
+        expected = {id(node): span.start.line for node, span in positions.items() if isinstance(node, cst.If)}
+        assert state.if_lines == expected
