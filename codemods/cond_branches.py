@@ -50,7 +50,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import NamedTuple
 
 import libcst as cst
@@ -176,12 +176,17 @@ def _reduction_comparison(node: cst.BaseExpression, shapes: _Bound = NO_NAMES) -
     one-element bool tensor."""
     if not isinstance(node, cst.Comparison) or len(node.comparisons) != 1:
         return None
-    if not isinstance(node.comparisons[0].operator, _ORDER_OPERATORS) or shapes.numpy:
+    if not isinstance(node.comparisons[0].operator, _ORDER_OPERATORS):
         return None
-    for side in (node.left, node.comparisons[0].comparator):
+    sides = (node.left, node.comparisons[0].comparator)
+    reduction = _value_reduction(sides[0]) or _value_reduction(sides[1])
+    # Before asking the function's names (a walk over it): without a name or a reduction there is nothing to find
+    if (reduction is None and not any(isinstance(side, cst.Name) for side in sides)) or shapes.numpy:
+        return None
+    for side in sides:
         if isinstance(side, cst.Name) and side.value in shapes.values:
             return side.value
-    return _value_reduction(node.left) or _value_reduction(node.comparisons[0].comparator)
+    return reduction
 
 
 def _is_size(node: cst.BaseExpression, shapes: _Bound) -> bool:
@@ -224,45 +229,80 @@ def _holds_reduction(node: cst.BaseExpression) -> bool:
     return _value_reduction(node) is not None
 
 
-class _Bindings(cst.CSTVisitor):
+# Nodes that hold only whitespace, comments and punctuation: searches for statements and expressions skip them
+_TOKENS = (
+    cst.BaseParenthesizableWhitespace,
+    cst.EmptyLine,
+    cst.TrailingWhitespace,
+    cst.Newline,
+    cst.Comment,
+    cst.LeftParen,
+    cst.RightParen,
+    cst.LeftSquareBracket,
+    cst.RightSquareBracket,
+    cst.LeftCurlyBrace,
+    cst.RightCurlyBrace,
+    cst.Comma,
+    cst.Semicolon,
+    cst.Dot,
+    cst.Colon,
+    cst.AssignEqual,
+    cst.BaseBinaryOp,
+    cst.BaseBooleanOp,
+    cst.BaseCompOp,
+    cst.BaseUnaryOp,
+    cst.BaseAugOp,
+)
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The child nodes of `node` but tokens, read from its fields: what a libcst visitor would descend into, without
+    the visitor's dispatch at every node (several times the cost). Order is field order, not always source order."""
+    names = _CHILD_FIELDS.get(type(node))
+    if names is None:
+        names = _CHILD_FIELDS[type(node)] = tuple(f.name for f in fields(node))
+    found = []
+    for name in names:
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            if not isinstance(value, _TOKENS):
+                found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(item for item in value if isinstance(item, cst.CSTNode) and not isinstance(item, _TOKENS))
+    return found
+
+
+class _Bindings:
     """One walk over a function: its assignments, the other places that bind names, and whether it uses numpy."""
 
-    def __init__(self):
+    def __init__(self, function: cst.FunctionDef):
         self.assigns: list[cst.Assign] = []
         self.rebound: set[str] = set()
         self.numpy = False
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        self.assigns.append(node)
+        pending = [function]
+        while pending:
+            node = pending.pop()
+            kind = type(node)
+            if kind is cst.Assign:
+                self.assigns.append(node)
+            elif kind in (cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr):
+                self._rebind(node.target)
+            elif kind is cst.Param:
+                self._rebind(node.name)
+            elif kind is cst.Attribute:
+                self.numpy = self.numpy or m.matches(node.value, m.Name("np") | m.Name("numpy"))
+            pending.extend(_children(node))
 
     def _rebind(self, target: cst.CSTNode | None) -> None:
         if target is not None:
             self.rebound.update(name.value for name in m.findall(target, m.Name()))
 
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self._rebind(node.target)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        self._rebind(node.target)
-
-    def visit_For(self, node: cst.For) -> None:
-        self._rebind(node.target)
-
-    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
-        self._rebind(node.target)
-
-    def visit_Param(self, node: cst.Param) -> None:
-        self._rebind(node.name)
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        self.numpy = self.numpy or m.matches(node.value, m.Name("np") | m.Name("numpy"))
-
 
 def _bound_names(function: cst.FunctionDef) -> _Bound:
     """The names `function` binds only from sizes (`seq_len = x.shape[1]`, `batch, seq_len, _ = x.shape`) or only
     from whole-tensor reductions."""
-    bindings = _Bindings()
-    function.visit(bindings)
+    bindings = _Bindings(function)  # every use of it is a set: the walk's order does not matter
     sizes, values, others = set(), set(), set(bindings.rebound)
     for assign in bindings.assigns:
         for target in assign.targets:
@@ -778,26 +818,16 @@ class _Statements:
         return super().on_visit(node)
 
 
-class _Candidates(_Statements, cst.CSTVisitor):
-    def __init__(self):
-        self.found = False
-        self.shapes: list[_Bound] = [NO_NAMES]
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.shapes.append(_LazyBound(node))
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self.shapes.pop()
-
-    def visit_If(self, node: cst.If) -> bool:
-        self.found = self.found or any(_data_dependent_call(t, self.shapes[-1]) for t in _if_parts(node)[0])
-        return not self.found
-
-
-def _has_candidates(stmt: cst.CSTNode) -> bool:
-    candidates = _Candidates()
-    stmt.visit(candidates)
-    return candidates.found
+def _has_candidates(stmt: cst.CSTNode, shapes: _Bound = NO_NAMES) -> bool:
+    """Whether an `if` in `stmt` (statements only, as `_Statements` visits them) has a candidate test, each test
+    read with the names of its innermost enclosing function."""
+    if isinstance(stmt, (cst.SimpleStatementLine, cst.BaseExpression)):
+        return False
+    if isinstance(stmt, cst.If) and any(_data_dependent_call(test, shapes) for test in _if_parts(stmt)[0]):
+        return True
+    if isinstance(stmt, cst.FunctionDef):
+        shapes = _LazyBound(stmt)
+    return any(_has_candidates(child, shapes) for child in _children(stmt))
 
 
 # What libcst's PositionProvider counts as a line break
