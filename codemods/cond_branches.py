@@ -254,6 +254,16 @@ _TOKENS = (
     cst.BaseAugOp,
 )
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+# type -> whether its instances are nodes to descend into (not tokens). libcst's base classes are ABCs, whose
+# isinstance checks cost more than the walk; a dict lookup by exact type does not.
+_DESCEND: dict[type, bool] = {}
+
+
+def _descend(kind: type) -> bool:
+    found = _DESCEND.get(kind)
+    if found is None:
+        found = _DESCEND[kind] = issubclass(kind, cst.CSTNode) and not issubclass(kind, _TOKENS)
+    return found
 
 
 def _children(node: cst.CSTNode) -> list[cst.CSTNode]:
@@ -265,11 +275,11 @@ def _children(node: cst.CSTNode) -> list[cst.CSTNode]:
     found = []
     for name in names:
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
-            if not isinstance(value, _TOKENS):
-                found.append(value)
-        elif isinstance(value, (list, tuple)):
-            found.extend(item for item in value if isinstance(item, cst.CSTNode) and not isinstance(item, _TOKENS))
+        kind = type(value)
+        if kind is list or kind is tuple:
+            found.extend(item for item in value if _descend(type(item)))
+        elif _descend(kind):
+            found.append(value)
     return found
 
 
@@ -321,9 +331,27 @@ def _bound_names(function: cst.FunctionDef) -> _Bound:
     return _Bound(frozenset(sizes - others), frozenset(values - others), bindings.numpy)
 
 
+def _holds_order_comparison_or_method_call(test: cst.BaseExpression) -> bool:
+    """Whether `test` holds what `_data_dependent_call` can answer from: a comparison of one order operator (size
+    and reduction comparisons are such), or a call of an attribute."""
+    pending = [test]
+    while pending:
+        node = pending.pop()
+        kind = type(node)
+        if kind is cst.Call and isinstance(node.func, cst.Attribute):
+            return True
+        if kind is cst.Comparison and len(node.comparisons) == 1:
+            if isinstance(node.comparisons[0].operator, _ORDER_OPERATORS):
+                return True
+        pending.extend(_children(node))
+    return False
+
+
 def _data_dependent_call(test: cst.BaseExpression, shapes: _Bound = NO_NAMES) -> str | None:
     """The first call in `test` that reads tensor values into Python (the candidates of this codemod), as written;
     "shape" for a size test that export would specialise."""
+    if not _holds_order_comparison_or_method_call(test):
+        return None  # most tests (flags, `x is None`) have neither: skip the two matcher searches
     for comparison in m.findall(test, m.Comparison()):
         if _shape_comparison(comparison, shapes):
             return "shape"
@@ -818,14 +846,21 @@ class _Statements:
         return super().on_visit(node)
 
 
+_NOT_STATEMENTS: dict[type, bool] = {}  # type -> whether the candidate search skips it (by exact type: see _DESCEND)
+
+
 def _has_candidates(stmt: cst.CSTNode, shapes: _Bound = NO_NAMES) -> bool:
     """Whether an `if` in `stmt` (statements only, as `_Statements` visits them) has a candidate test, each test
     read with the names of its innermost enclosing function."""
-    if isinstance(stmt, (cst.SimpleStatementLine, cst.BaseExpression)):
+    kind = type(stmt)
+    skipped = _NOT_STATEMENTS.get(kind)
+    if skipped is None:
+        skipped = _NOT_STATEMENTS[kind] = issubclass(kind, (cst.SimpleStatementLine, cst.BaseExpression))
+    if skipped:
         return False
-    if isinstance(stmt, cst.If) and any(_data_dependent_call(test, shapes) for test in _if_parts(stmt)[0]):
+    if kind is cst.If and any(_data_dependent_call(test, shapes) for test in _if_parts(stmt)[0]):
         return True
-    if isinstance(stmt, cst.FunctionDef):
+    if kind is cst.FunctionDef:
         shapes = _LazyBound(stmt)
     return any(_has_candidates(child, shapes) for child in _children(stmt))
 
