@@ -31,6 +31,8 @@ class Change:
     tree: cst.Module | None = field(default=None, compare=False, repr=False)
     # The printed code of the tree's statements, so vendoring prints only the statements it changes
     codes: StatementCodes | None = field(default=None, compare=False, repr=False)
+    # The parsed original, so vendoring a shared module does not parse it again
+    original_tree: cst.Module | None = field(default=None, compare=False, repr=False)
 
     @property
     def changed(self) -> bool:
@@ -85,6 +87,7 @@ def run_codemods(
         message = str(error).splitlines()[0]
         return Change(relpath, source, source, error=f"does not parse: {message}")
     run = _Run()
+    original_tree = tree
     codes = StatementCodes()
     for codemod in codemods:
         if not codemod.might_apply(source):
@@ -100,4 +103,13 @@ def run_codemods(
             run.applied.append(codemod.NAME)
         tree = new_tree
     rewritten = codes.module_code(tree) if run.applied else source
-    return Change(relpath, source, rewritten, tuple(sorted(run.findings)), tuple(run.applied), tree=tree, codes=codes)
+    return Change(
+        relpath,
+        source,
+        rewritten,
+        tuple(sorted(run.findings)),
+        tuple(run.applied),
+        tree=tree,
+        codes=codes,
+        original_tree=original_tree,
+    )
