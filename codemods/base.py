@@ -50,10 +50,77 @@ class Codemod(LibcstCodemod):
         # No codemod declares metadata dependencies, so skip libcst's defensive deep copy of the whole tree
         return self.transform_module_impl(tree)
 
+    def statement_code(self, module: cst.Module, stmt: cst.CSTNode) -> str:
+        """`module.code_for_node(stmt)` for a top-level statement, through the engine's `StatementCodes` when it
+        shares one (so a statement the engine prints later is printed once)."""
+        codes = self.context.scratch.get(StatementCodes.SCRATCH_KEY)
+        return codes.code(module, stmt) if codes is not None else module.code_for_node(stmt)
+
+    def remember_statement_code(self, module: cst.Module, stmt: cst.CSTNode, code: str) -> None:
+        """Gives the engine's `StatementCodes` the code of a top-level statement the codemod printed itself."""
+        codes = self.context.scratch.get(StatementCodes.SCRATCH_KEY)
+        if codes is not None:
+            codes.remember(module, stmt, code)
+
     def report(self, line: int, kind: str, construct: str, reason: str) -> None:
         """Records a finding on the shared context."""
         findings = self.context.scratch.setdefault("findings", [])
         findings.append(Finding(self.context.filename or "<string>", line, self.NAME, kind, construct, reason))
+
+
+class StatementCodes:
+    """The printed code of top-level statements, by identity, for one module run: the codemods (line numbers), the
+    engine (did a codemod change the text, the rewritten text) and the vendoring all need it, and printing is a cost
+    of the order of parsing, so each statement object is printed once. Codemods rebuild only the statements they
+    change; the others stay the same objects from tree to tree."""
+
+    SCRATCH_KEY = "statement_codes"
+
+    def __init__(self) -> None:
+        # The statement is kept alive with its code, so its id cannot be reused by another object
+        self._codes: dict[tuple[int, str, str], tuple[cst.CSTNode, str]] = {}
+
+    def code(self, module: cst.Module, stmt: cst.CSTNode) -> str:
+        key = (id(stmt), module.default_indent, module.default_newline)
+        entry = self._codes.get(key)
+        if entry is None or entry[0] is not stmt:
+            entry = self._codes[key] = (stmt, module.code_for_node(stmt))
+        return entry[1]
+
+    def remember(self, module: cst.Module, stmt: cst.CSTNode, code: str) -> None:
+        """Records `code`, which must be `module.code_for_node(stmt)`, printed by other means."""
+        self._codes[(id(stmt), module.default_indent, module.default_newline)] = (stmt, code)
+
+    def module_code(self, module: cst.Module) -> str:
+        """`module.code`, from the statements' codes: a module prints as its header, statements and footer in turn
+        (each top-level statement starts at indentation zero, so printing one alone gives the same text)."""
+        if not module.has_trailing_newline or not (module.header or module.body or module.footer):
+            return module.code  # the printer's special cases at the end of the file
+        parts = [module.code_for_node(line) for line in module.header]
+        parts += [self.code(module, stmt) for stmt in module.body]
+        parts += [module.code_for_node(line) for line in module.footer]
+        return "".join(parts)
+
+    def prints_differently(self, old: cst.Module, new: cst.Module) -> bool:
+        """`old.code != new.code`, printing only the statements between the longest runs of identical statement
+        objects at both ends (equal text before and after cancels out of the comparison)."""
+        if new is old:
+            return False
+        same_frame = (
+            old.header is new.header
+            and old.footer is new.footer
+            and (old.default_indent, old.default_newline, old.has_trailing_newline)
+            == (new.default_indent, new.default_newline, new.has_trailing_newline)
+        )
+        if not same_frame:
+            return self.module_code(old) != self.module_code(new)
+        start, old_end, new_end = 0, len(old.body), len(new.body)
+        while start < min(old_end, new_end) and old.body[start] is new.body[start]:
+            start += 1
+        while old_end > start and new_end > start and old.body[old_end - 1] is new.body[new_end - 1]:
+            old_end, new_end = old_end - 1, new_end - 1
+        old_middle = "".join(self.code(old, stmt) for stmt in old.body[start:old_end])
+        return old_middle != "".join(self.code(new, stmt) for stmt in new.body[start:new_end])
 
 
 def top_level_lines(module: cst.Module) -> dict[int, int]:

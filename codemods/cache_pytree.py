@@ -241,6 +241,8 @@ def _counters(classes: list[cst.ClassDef]) -> dict[str, tuple[str, ...]]:
     base defined elsewhere, what that base's `__init__` sets is unknown, so the `__init__` requirement is dropped.
     Non-int values of a counter are carried as usual at run time: the list only has to contain every counter."""
     result = {}
+    # A base class's methods are read again for every class deriving from it: read each method once
+    assigned: dict[int, tuple[set[str], set[str]]] = {}
     for cls in classes:
         chain, external, todo = [], False, [cls]
         while todo:
@@ -257,7 +259,9 @@ def _counters(classes: list[cst.ClassDef]) -> dict[str, tuple[str, ...]]:
         initialized, updated, ints = set(), set(), set()
         for current in chain:
             for method in _methods(current):
-                names, int_names = _self_attributes_assigned(method)
+                if id(method) not in assigned:  # the classes hold their methods alive: ids stay unique
+                    assigned[id(method)] = _self_attributes_assigned(method)
+                names, int_names = assigned[id(method)]
                 ints |= int_names
                 if method.name.value == "__init__":
                     initialized |= names

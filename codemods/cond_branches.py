@@ -47,12 +47,15 @@ there would vendor the whole module, and the classes they define must stay trans
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
+from dataclasses import dataclass, field, fields
 from typing import NamedTuple
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst._nodes.internal import CodegenState
 
 from .base import LINE_LENGTH, Codemod
 
@@ -173,12 +176,17 @@ def _reduction_comparison(node: cst.BaseExpression, shapes: _Bound = NO_NAMES) -
     one-element bool tensor."""
     if not isinstance(node, cst.Comparison) or len(node.comparisons) != 1:
         return None
-    if not isinstance(node.comparisons[0].operator, _ORDER_OPERATORS) or shapes.numpy:
+    if not isinstance(node.comparisons[0].operator, _ORDER_OPERATORS):
         return None
-    for side in (node.left, node.comparisons[0].comparator):
+    sides = (node.left, node.comparisons[0].comparator)
+    reduction = _value_reduction(sides[0]) or _value_reduction(sides[1])
+    # Before asking the function's names (a walk over it): without a name or a reduction there is nothing to find
+    if (reduction is None and not any(isinstance(side, cst.Name) for side in sides)) or shapes.numpy:
+        return None
+    for side in sides:
         if isinstance(side, cst.Name) and side.value in shapes.values:
             return side.value
-    return _value_reduction(node.left) or _value_reduction(node.comparisons[0].comparator)
+    return reduction
 
 
 def _is_size(node: cst.BaseExpression, shapes: _Bound) -> bool:
@@ -221,45 +229,90 @@ def _holds_reduction(node: cst.BaseExpression) -> bool:
     return _value_reduction(node) is not None
 
 
-class _Bindings(cst.CSTVisitor):
+# Nodes that hold only whitespace, comments and punctuation: searches for statements and expressions skip them
+_TOKENS = (
+    cst.BaseParenthesizableWhitespace,
+    cst.EmptyLine,
+    cst.TrailingWhitespace,
+    cst.Newline,
+    cst.Comment,
+    cst.LeftParen,
+    cst.RightParen,
+    cst.LeftSquareBracket,
+    cst.RightSquareBracket,
+    cst.LeftCurlyBrace,
+    cst.RightCurlyBrace,
+    cst.Comma,
+    cst.Semicolon,
+    cst.Dot,
+    cst.Colon,
+    cst.AssignEqual,
+    cst.BaseBinaryOp,
+    cst.BaseBooleanOp,
+    cst.BaseCompOp,
+    cst.BaseUnaryOp,
+    cst.BaseAugOp,
+)
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+# type -> whether its instances are nodes to descend into (not tokens). libcst's base classes are ABCs, whose
+# isinstance checks cost more than the walk; a dict lookup by exact type does not.
+_DESCEND: dict[type, bool] = {}
+
+
+def _descend(kind: type) -> bool:
+    found = _DESCEND.get(kind)
+    if found is None:
+        found = _DESCEND[kind] = issubclass(kind, cst.CSTNode) and not issubclass(kind, _TOKENS)
+    return found
+
+
+def _children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The child nodes of `node` but tokens, read from its fields: what a libcst visitor would descend into, without
+    the visitor's dispatch at every node (several times the cost). Order is field order, not always source order."""
+    names = _CHILD_FIELDS.get(type(node))
+    if names is None:
+        names = _CHILD_FIELDS[type(node)] = tuple(f.name for f in fields(node))
+    found = []
+    for name in names:
+        value = getattr(node, name)
+        kind = type(value)
+        if kind is list or kind is tuple:
+            found.extend(item for item in value if _descend(type(item)))
+        elif _descend(kind):
+            found.append(value)
+    return found
+
+
+class _Bindings:
     """One walk over a function: its assignments, the other places that bind names, and whether it uses numpy."""
 
-    def __init__(self):
+    def __init__(self, function: cst.FunctionDef):
         self.assigns: list[cst.Assign] = []
         self.rebound: set[str] = set()
         self.numpy = False
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        self.assigns.append(node)
+        pending = [function]
+        while pending:
+            node = pending.pop()
+            kind = type(node)
+            if kind is cst.Assign:
+                self.assigns.append(node)
+            elif kind in (cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr):
+                self._rebind(node.target)
+            elif kind is cst.Param:
+                self._rebind(node.name)
+            elif kind is cst.Attribute:
+                self.numpy = self.numpy or m.matches(node.value, m.Name("np") | m.Name("numpy"))
+            pending.extend(_children(node))
 
     def _rebind(self, target: cst.CSTNode | None) -> None:
         if target is not None:
             self.rebound.update(name.value for name in m.findall(target, m.Name()))
 
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        self._rebind(node.target)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        self._rebind(node.target)
-
-    def visit_For(self, node: cst.For) -> None:
-        self._rebind(node.target)
-
-    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
-        self._rebind(node.target)
-
-    def visit_Param(self, node: cst.Param) -> None:
-        self._rebind(node.name)
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        self.numpy = self.numpy or m.matches(node.value, m.Name("np") | m.Name("numpy"))
-
 
 def _bound_names(function: cst.FunctionDef) -> _Bound:
     """The names `function` binds only from sizes (`seq_len = x.shape[1]`, `batch, seq_len, _ = x.shape`) or only
     from whole-tensor reductions."""
-    bindings = _Bindings()
-    function.visit(bindings)
+    bindings = _Bindings(function)  # every use of it is a set: the walk's order does not matter
     sizes, values, others = set(), set(), set(bindings.rebound)
     for assign in bindings.assigns:
         for target in assign.targets:
@@ -278,9 +331,27 @@ def _bound_names(function: cst.FunctionDef) -> _Bound:
     return _Bound(frozenset(sizes - others), frozenset(values - others), bindings.numpy)
 
 
+def _holds_order_comparison_or_method_call(test: cst.BaseExpression) -> bool:
+    """Whether `test` holds what `_data_dependent_call` can answer from: a comparison of one order operator (size
+    and reduction comparisons are such), or a call of an attribute."""
+    pending = [test]
+    while pending:
+        node = pending.pop()
+        kind = type(node)
+        if kind is cst.Call and isinstance(node.func, cst.Attribute):
+            return True
+        if kind is cst.Comparison and len(node.comparisons) == 1:
+            if isinstance(node.comparisons[0].operator, _ORDER_OPERATORS):
+                return True
+        pending.extend(_children(node))
+    return False
+
+
 def _data_dependent_call(test: cst.BaseExpression, shapes: _Bound = NO_NAMES) -> str | None:
     """The first call in `test` that reads tensor values into Python (the candidates of this codemod), as written;
     "shape" for a size test that export would specialise."""
+    if not _holds_order_comparison_or_method_call(test):
+        return None  # most tests (flags, `x is None`) have neither: skip the two matcher searches
     for comparison in m.findall(test, m.Comparison()):
         if _shape_comparison(comparison, shapes):
             return "shape"
@@ -775,33 +846,53 @@ class _Statements:
         return super().on_visit(node)
 
 
-class _Candidates(_Statements, cst.CSTVisitor):
-    def __init__(self):
-        self.found = False
-        self.shapes: list[_Bound] = [NO_NAMES]
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.shapes.append(_LazyBound(node))
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self.shapes.pop()
-
-    def visit_If(self, node: cst.If) -> bool:
-        self.found = self.found or any(_data_dependent_call(t, self.shapes[-1]) for t in _if_parts(node)[0])
-        return not self.found
+_NOT_STATEMENTS: dict[type, bool] = {}  # type -> whether the candidate search skips it (by exact type: see _DESCEND)
 
 
-def _has_candidates(stmt: cst.CSTNode) -> bool:
-    candidates = _Candidates()
-    stmt.visit(candidates)
-    return candidates.found
+def _has_candidates(stmt: cst.CSTNode, shapes: _Bound = NO_NAMES) -> bool:
+    """Whether an `if` in `stmt` (statements only, as `_Statements` visits them) has a candidate test, each test
+    read with the names of its innermost enclosing function."""
+    kind = type(stmt)
+    skipped = _NOT_STATEMENTS.get(kind)
+    if skipped is None:
+        skipped = _NOT_STATEMENTS[kind] = issubclass(kind, (cst.SimpleStatementLine, cst.BaseExpression))
+    if skipped:
+        return False
+    if kind is cst.If and any(_data_dependent_call(test, shapes) for test in _if_parts(stmt)[0]):
+        return True
+    if kind is cst.FunctionDef:
+        shapes = _LazyBound(stmt)
+    return any(_has_candidates(child, shapes) for child in _children(stmt))
+
+
+# What libcst's PositionProvider counts as a line break
+_NEWLINE = re.compile(r"\r\n?|\n")
+
+
+@dataclass
+class _IfLineState(CodegenState):
+    """A plain code generation that notes the line of each `if` (and `elif`) keyword as it prints it: the line
+    libcst's PositionProvider gives as the `if`'s start, without that provider's bookkeeping at every node."""
+
+    if_lines: dict[int, int] = field(default_factory=dict)  # id(if) -> 1-based line
+    _line: int = 1
+    _counted: int = 0  # tokens already counted into `_line`
+
+    def record_syntactic_position(self, node, *, start_node=None, end_node=None):
+        if isinstance(node, cst.If):
+            for token in self.tokens[self._counted :]:
+                if "\n" in token or "\r" in token:
+                    self._line += len(_NEWLINE.findall(token))
+            self._counted = len(self.tokens)
+            self.if_lines[id(node)] = self._line
+        return contextlib.nullcontext()
 
 
 class _Rewriter(_Statements, cst.CSTTransformer):
-    def __init__(self, codemod: "CondBranches", positions, first_line: int, torch_imported: bool, indent: int):
+    def __init__(self, codemod: "CondBranches", if_lines, first_line: int, torch_imported: bool, indent: int):
         self.codemod = codemod
-        self.positions = positions  # of the top-level statement being rewritten, which starts at `first_line`
-        self.first_line = first_line
+        self.if_lines = if_lines  # id(if) -> its line in the top-level statement being rewritten
+        self.first_line = first_line  # where that statement starts
         self.torch_imported = torch_imported
         self.indent = indent
         self.functions: list[cst.FunctionDef] = []
@@ -856,7 +947,7 @@ class _Rewriter(_Statements, cst.CSTTransformer):
         if all(_data_dependent_call(test, shapes) is None for test in tests):
             return updated_node
         site = original_node if _data_dependent_call(original_node.test, shapes) is not None else original_node.orelse
-        line = self.first_line - 1 + self.positions[site].start.line
+        line = self.first_line - 1 + self.if_lines[id(site)]
         construct = _one_line(site.test)
         try:
             if site is not original_node:
@@ -1192,14 +1283,17 @@ class CondBranches(Codemod):
                 continue
             # Line numbers for the findings; printing a statement is the cost, so none after the last candidate
             first_line = line
-            line += tree.code_for_node(stmt).count("\n")
             if index not in with_candidates:
+                line += self.statement_code(tree, stmt).count("\n")
                 body.append(stmt)
                 continue
-            # Positions cost several times a plain code generation: resolve them for this statement only
-            alone = tree.with_changes(header=[], body=[stmt], footer=[])
-            positions = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
-            new = stmt.visit(_Rewriter(self, positions, first_line, torch_imported, indent))
+            # The lines of its `if`s come from the same printing (libcst's PositionProvider costs several times it)
+            state = _IfLineState(default_indent=tree.default_indent, default_newline=tree.default_newline)
+            stmt._codegen(state)
+            code = "".join(state.tokens)
+            self.remember_statement_code(tree, stmt, code)
+            line += code.count("\n")
+            new = stmt.visit(_Rewriter(self, state.if_lines, first_line, torch_imported, indent))
             changed = changed or new is not stmt
             body.append(new)
         return tree.with_changes(body=body) if changed else tree

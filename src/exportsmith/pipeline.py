@@ -14,6 +14,7 @@ import libcst as cst
 from libcst.codemod import CodemodContext, SkipFile
 
 from codemods import ALL_CODEMODS, Codemod, Finding
+from codemods.base import StatementCodes
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,10 @@ class Change:
     error: str | None = None
     # The parsed rewritten module, so rendering does not parse again; not part of the value
     tree: cst.Module | None = field(default=None, compare=False, repr=False)
+    # The printed code of the tree's statements, so vendoring prints only the statements it changes
+    codes: StatementCodes | None = field(default=None, compare=False, repr=False)
+    # The parsed original, so vendoring a shared module does not parse it again
+    original_tree: cst.Module | None = field(default=None, compare=False, repr=False)
 
     @property
     def changed(self) -> bool:
@@ -82,17 +87,29 @@ def run_codemods(
         message = str(error).splitlines()[0]
         return Change(relpath, source, source, error=f"does not parse: {message}")
     run = _Run()
+    original_tree = tree
+    codes = StatementCodes()
     for codemod in codemods:
         if not codemod.might_apply(source):
             continue
         context = CodemodContext(filename=relpath, full_module_name=module_name)
+        context.scratch[StatementCodes.SCRATCH_KEY] = codes
         try:
             new_tree = codemod(context).transform_module(tree)
         except SkipFile:
             continue
         run.findings.extend(context.scratch.get("findings", []))
-        if new_tree is not tree and new_tree.code != tree.code:
+        if codes.prints_differently(tree, new_tree):
             run.applied.append(codemod.NAME)
         tree = new_tree
-    rewritten = tree.code if run.applied else source
-    return Change(relpath, source, rewritten, tuple(sorted(run.findings)), tuple(run.applied), tree=tree)
+    rewritten = codes.module_code(tree) if run.applied else source
+    return Change(
+        relpath,
+        source,
+        rewritten,
+        tuple(sorted(run.findings)),
+        tuple(run.applied),
+        tree=tree,
+        codes=codes,
+        original_tree=original_tree,
+    )

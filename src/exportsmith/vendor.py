@@ -29,6 +29,8 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 
+from codemods.base import StatementCodes
+
 from . import __version__
 from .pipeline import Change
 
@@ -138,11 +140,24 @@ def vendor_module(
                 stmt = transformer.leave_SimpleStatementLine(stmt, stmt)
             body.extend(stmt.nodes if isinstance(stmt, cst.FlattenSentinel) else [stmt])
         tree = tree.with_changes(body=body)
+        # The statements the imports left alone keep the code the pipeline printed for them
+        codes = change.codes if change.codes is not None and change.tree is not None else StatementCodes()
+        return header(change, version, regenerate) + codes.module_code(tree)
     return header(change, version, regenerate) + tree.code
 
 
-def _statement_codes(module: cst.Module) -> list[str]:
-    return [module.code_for_node(stmt) for stmt in module.body]
+def _original_tree(change: Change) -> cst.Module:
+    """The pipeline's parse of the original when the change carries it (the statements no codemod changed are the
+    rewritten tree's own objects, so their code is printed once), else a parse."""
+    return change.original_tree if change.original_tree is not None else cst.parse_module(change.original)
+
+
+def _codes(change: Change) -> StatementCodes:
+    return change.codes if change.codes is not None else StatementCodes()
+
+
+def _statement_codes(module: cst.Module, codes: StatementCodes) -> list[str]:
+    return [codes.code(module, stmt) for stmt in module.body]
 
 
 def _bound_names(stmt: cst.CSTNode) -> set[str]:
@@ -166,16 +181,17 @@ def _bound_names(stmt: cst.CSTNode) -> set[str]:
 
 def added_names(change: Change) -> frozenset[str]:
     """Top-level names that the rewrite of a shared module defines and the original does not."""
-    original = set().union(*map(_bound_names, cst.parse_module(change.original).body))
+    original = set().union(*map(_bound_names, _original_tree(change).body))
     rewritten = set().union(*map(_bound_names, _rewritten_tree(change).body))
     return frozenset(rewritten - original)
 
 
 def is_additive(change: Change) -> bool:
     """Whether the rewrite keeps every original top-level statement, in order, and only adds statements."""
-    old = _statement_codes(cst.parse_module(change.original))
+    codes = _codes(change)
+    old = _statement_codes(_original_tree(change), codes)
     kept = set(old)
-    return [code for code in _statement_codes(_rewritten_tree(change)) if code in kept] == old
+    return [code for code in _statement_codes(_rewritten_tree(change), codes) if code in kept] == old
 
 
 def vendor_shared(
@@ -186,8 +202,9 @@ def vendor_shared(
     """
     overrides = method_overrides(change)
     if overrides is not None:
-        text = black.format_str(vendor_shared_additions(change, module_name, version, regenerate), mode=BLACK)
-        return text, added_names(change) | frozenset(_override_plan(change, overrides).classes)
+        plan = _override_plan(change, overrides)
+        text = vendor_shared_additions(change, module_name, version, regenerate, (overrides, plan))
+        return black.format_str(text, mode=BLACK), added_names(change) | frozenset(plan.classes)
     names = set().union(*map(_bound_names, _rewritten_tree(change).body))
     return vendor_module(change, module_name, version, provided, regenerate), frozenset(names)
 
@@ -204,26 +221,34 @@ class _NameUses(cst.CSTVisitor):
         return False
 
 
-def vendor_shared_additions(change: Change, module_name: str, version: str, regenerate: str) -> str:
+def vendor_shared_additions(
+    change: Change,
+    module_name: str,
+    version: str,
+    regenerate: str,
+    planned: tuple[dict[str, tuple[str, ...]], "_OverridePlan"] | None = None,
+) -> str:
     """The extension rendering of a shared-module rewrite: the added statements, importing what they use from the
     installed module, then (when the rewrite changed methods of classes) same-named subclasses of the installed
-    classes that override those methods (see `_override_plan`). Refuses any other change of an original statement."""
-    overrides = method_overrides(change)
+    classes that override those methods (see `_override_plan`). Refuses any other change of an original statement.
+    `planned`: the `method_overrides` and `_override_plan` of the change when the caller has them."""
+    overrides, plan = planned if planned is not None else (method_overrides(change), None)
     if overrides is None:
         raise VendorError(f"{change.relpath}: the rewrite changes existing statements; only additions can be vendored")
-    original = cst.parse_module(change.original)
+    original = _original_tree(change)
     rewritten = _rewritten_tree(change)
-    kept = set(_statement_codes(original))
+    codes = _codes(change)
+    kept = set(_statement_codes(original, codes))
     changed = {
         stmt.name.value for stmt in rewritten.body if isinstance(stmt, cst.ClassDef) and stmt.name.value in overrides
     }
     new = [
         stmt
         for stmt in rewritten.body
-        if rewritten.code_for_node(stmt) not in kept
+        if codes.code(rewritten, stmt) not in kept
         and not (isinstance(stmt, cst.ClassDef) and stmt.name.value in changed)
     ]
-    plan = _override_plan(change, overrides)
+    plan = plan if plan is not None else _override_plan(change, overrides)
     imports = [stmt for stmt in new if _is_import(stmt)]
     code = [stmt for stmt in new if not _is_import(stmt)]
     if plan.classes:
@@ -237,7 +262,7 @@ def vendor_shared_additions(change: Change, module_name: str, version: str, rege
     overriding_module.visit(uses)
     defined |= set(plan.classes) | set().union(*map(_bound_names, overriding_module.body))
     needed = sorted(uses.names - defined - set(dir(builtins)))
-    lines = [rewritten.code_for_node(stmt).strip("\n") + "\n" for stmt in imports]
+    lines = [codes.code(rewritten, stmt).strip("\n") + "\n" for stmt in imports]
     if plan.classes:
         lines.append(f"import {module_name}\n")
     from_module = []
@@ -250,7 +275,7 @@ def vendor_shared_additions(change: Change, module_name: str, version: str, rege
         # anything else is a local or attribute name, not a free module-level name
     if from_module:
         lines.append(f"from {module_name} import {', '.join(from_module)}\n")
-    body = "".join(rewritten.code_for_node(stmt) for stmt in code)
+    body = "".join(codes.code(rewritten, stmt) for stmt in code)
     return header(change, version, regenerate) + "\n" + "".join(sorted(set(lines))) + body + overriding
 
 
@@ -258,17 +283,18 @@ def method_overrides(change: Change) -> dict[str, tuple[str, ...]] | None:
     """Class name -> the methods the rewrite changed, when every original statement survives unchanged except classes
     whose only changes are method bodies (same methods, same order, nothing else touched); None otherwise. Empty
     for a purely additive rewrite."""
-    original = cst.parse_module(change.original)
+    original = _original_tree(change)
     rewritten = _rewritten_tree(change)
-    old = _statement_codes(original)
+    codes = _codes(change)
+    old = _statement_codes(original, codes)
     kept = set(old)
-    if [code for code in _statement_codes(rewritten) if code in kept] == old:
+    if [code for code in _statement_codes(rewritten, codes) if code in kept] == old:
         return {}
     rewritten_classes = {stmt.name.value: stmt for stmt in rewritten.body if isinstance(stmt, cst.ClassDef)}
     overrides: dict[str, tuple[str, ...]] = {}
-    new = set(_statement_codes(rewritten))
+    new = set(_statement_codes(rewritten, codes))
     for stmt in original.body:
-        if original.code_for_node(stmt) in new:
+        if codes.code(original, stmt) in new:
             continue
         if not isinstance(stmt, cst.ClassDef) or stmt.name.value not in rewritten_classes:
             return None
