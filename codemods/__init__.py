@@ -3,13 +3,17 @@
 from .base import Codemod, Finding
 from .cache_pytree import CachePytreeRegistration
 from .cond_branches import CondBranches
+from .conv_output_tail import ConvOutputTail
 from .export_early_return import ExportEarlyReturn
+from .pad_to_min_length import PadToMinLength
 from .sliding_window_cache import SlidingWindowCache
 from .vmap_masks import VmapMasks
 
 ALL_CODEMODS: tuple[type[Codemod], ...] = (
     CachePytreeRegistration,
     SlidingWindowCache,
+    PadToMinLength,
+    ConvOutputTail,
     ExportEarlyReturn,
     CondBranches,
     VmapMasks,

@@ -849,8 +849,8 @@ def test_committed_generated_registers_transformers_own_classes():
         if inspect.isabstract(cls) and name in {"CacheLayerMixin", "LinearAttentionCacheLayerMixin"}:
             assert cls not in pytree.SUPPORTED_NODES
             continue
-        # the name generated binds is transformers' class, or, where a rewrite changes methods (sliding-window
-        # layers), a subclass of it that overrides just those
+        # the name generated binds is transformers' class, or, where a rewrite changes methods (sliding-window and
+        # linear-attention layers, and the caches that pick them), a subclass of it that overrides just those
         own = getattr(gen_cache_utils, name, cls)
         assert own is cls or (issubclass(own, cls) and own.__module__ == gen_cache_utils.__name__)
         assert cls in pytree.SUPPORTED_NODES, f"{name} is not registered"
@@ -863,7 +863,12 @@ def test_committed_generated_registers_transformers_own_classes():
     assert sorted(cls.__name__ for cls in vendored) == [
         "DynamicCache",
         "DynamicSlidingWindowLayer",
+        "LinearAttentionAndFullAttentionLayer",
         "LinearAttentionAndSlidingWindowAttentionLayer",
+        "LinearAttentionAndStaticFullAttentionLayer",
+        "LinearAttentionAndStaticSlidingWindowAttentionLayer",
+        "LinearAttentionLayer",
+        "StaticCache",
     ]
     assert all(cls.__module__ == gen_cache_utils.__name__ and cls in pytree.SUPPORTED_NODES for cls in vendored)
 

@@ -163,7 +163,7 @@ def test_the_vendored_cache_builds_the_vendored_layers_and_stays_a_transformers_
     hybrid = vendored.LinearAttentionAndSlidingWindowAttentionLayer
     assert hybrid.update is vendored.DynamicSlidingWindowLayer.update
     assert hybrid.get_mask_sizes is vendored.DynamicSlidingWindowLayer.get_mask_sizes
-    assert hybrid.update_conv_state is transformers.cache_utils.LinearAttentionLayer.update_conv_state
+    assert hybrid.update_conv_state is vendored.LinearAttentionLayer.update_conv_state
 
 
 # ----------------------------------------------------------------------------------------------------------------

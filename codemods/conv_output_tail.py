@@ -1,0 +1,177 @@
+"""The last `seq_len` outputs of a causal conv over cached conv states are taken by index under export.
+
+Why: a hybrid model's conv mixer runs its causal conv over what `cache.update_conv_state` returns (the new states
+behind the cached ones, or, in a prefill, the states zero-padded up to the conv kernel size: `max(L, K)` positions)
+and keeps the outputs of the new positions with `Y = Y[:, :, -seq_len:]`. When the conv output is a fresh tensor
+(an activation ran on it), that slice is the whole tensor, and contiguous, exactly when the prefill is at least as long
+as the kernel: torch.export evaluates the contiguity and guards on it (`Guard failed: max(4, L) == L`), so a program
+traced with a long prefill rejects a one-token prefill. `index_select` over the last `seq_len` positions gives the same
+values as a new contiguous tensor at every length.
+
+What it rewrites: in a function of a module that does `import torch`, that assigns `Y = <...>.update_conv_state(...)`,
+each statement `Y = Y[:, :, -N:]` or `Y = Y[..., -N:]` (the same name `Y`, `N` a name) becomes, under export,
+`torch._check`s that `0 < N <= Y.shape[-1]` (a slice of `-N:` is the last `N` positions only then; the lengths here
+always satisfy them, and an exported program asserts them instead of silently differing) and
+`Y = Y.index_select(-1, torch.arange(Y.shape[-1] - N, Y.shape[-1]))`; eager keeps the slice, in an `else`.
+
+What it refuses (left unchanged, with a finding): such a slice in a function that already binds the names the export
+arm uses (`conv_length`, `last_positions`), and a module that does not `import torch`. Slices of other names, other
+bounds, or in functions without `update_conv_state` are not candidates.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from .base import Codemod, top_level_lines
+
+# Names the export arm binds: refused where the function already uses them
+EXPORT_NAMES = ("conv_length", "last_positions")
+
+EXPORT_TEMPLATE = """
+if torch.compiler.is_exporting():
+    # Whether this slice keeps every position (is contiguous) would be an export guard on the length
+    conv_length = {states}.shape[-1]
+    torch._check({count} > 0)
+    torch._check({count} <= conv_length)
+    last_positions = torch.arange(conv_length - {count}, conv_length, device={states}.device)
+    {states} = {states}.index_select(-1, last_positions)
+else:
+    pass
+"""
+
+UPDATE_CONV_STATE = m.Assign(
+    targets=[m.AssignTarget(target=m.Name())],
+    value=m.Call(func=m.Attribute(attr=m.Name("update_conv_state"))),
+)
+EXPORT_CHOICE = m.If(
+    test=m.Call(
+        func=m.Attribute(
+            value=m.Attribute(value=m.Name("torch"), attr=m.Name("compiler")), attr=m.Name("is_exporting")
+        )
+    ),
+    orelse=m.Else(),
+)
+FULL = m.SubscriptElement(slice=m.Slice(lower=None, upper=None, step=None))
+
+
+def _tail(count: m.BaseMatcherNode) -> m.SubscriptElement:
+    """`-N:`"""
+    return m.SubscriptElement(
+        slice=m.Slice(lower=m.UnaryOperation(operator=m.Minus(), expression=count), upper=None, step=None)
+    )
+
+
+def _tail_slice(states: str) -> m.SimpleStatementLine:
+    """`Y = Y[:, :, -N:]` or `Y = Y[..., -N:]`"""
+    index = m.OneOf(
+        [FULL, FULL, _tail(m.Name())],
+        [m.SubscriptElement(slice=m.Index(value=m.Ellipsis())), _tail(m.Name())],
+    )
+    return m.SimpleStatementLine(
+        body=[
+            m.Assign(
+                targets=[m.AssignTarget(target=m.Name(states))], value=m.Subscript(value=m.Name(states), slice=index)
+            )
+        ]
+    )
+
+
+def _functions(tree: cst.Module):
+    """(function, `Class.method` or function name, line of its top-level statement) for every def, nested or not."""
+    lines = top_level_lines(tree)
+
+    class Collect(cst.CSTVisitor):
+        def __init__(self) -> None:
+            self.scopes: list[str] = []
+            self.line = 0
+            self.found: list[tuple[cst.FunctionDef, str, int]] = []
+
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if id(node) in lines:
+                self.line = lines[id(node)]
+            if isinstance(node, cst.ClassDef):
+                self.scopes.append(node.name.value)
+            if isinstance(node, cst.FunctionDef):
+                self.scopes.append(node.name.value)
+                self.found.append((node, ".".join(self.scopes), self.line))
+            return True
+
+        def on_leave(self, original_node: cst.CSTNode) -> None:
+            if isinstance(original_node, (cst.ClassDef, cst.FunctionDef)):
+                self.scopes.pop()
+
+    collect = Collect()
+    tree.visit(collect)
+    return collect.found
+
+
+class _ReplaceTails(cst.CSTTransformer):
+    def __init__(self, replacements: dict[cst.SimpleStatementLine, cst.If]) -> None:
+        self.replacements = replacements
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.BaseStatement:
+        return self.replacements.get(original_node, updated_node)
+
+
+class ConvOutputTail(Codemod):
+    NAME = "conv-output-tail"
+    DESCRIPTION = (
+        "The last seq_len outputs of a causal conv over the states update_conv_state returned are taken by an index "
+        "range under export, so a program traced with a long prefill accepts one shorter than the conv kernel."
+    )
+
+    @classmethod
+    def might_apply(cls, source: str) -> bool:
+        return "update_conv_state(" in source
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        imports_torch = any(
+            m.matches(
+                stmt, m.SimpleStatementLine(body=[m.Import(names=[m.ImportAlias(m.Name("torch"), asname=None)])])
+            )
+            for stmt in tree.body
+        )
+        replacements = {}
+        for function, construct, line in _functions(tree):
+            assigned = {node.targets[0].target.value for node in m.findall(function.body, UPDATE_CONV_STATE)}
+            # a slice already in the eager arm of this rewrite (a second run), or seen in an enclosing def, is done
+            done = {id(stmt) for branch in m.findall(function.body, EXPORT_CHOICE) for stmt in branch.orelse.body.body}
+            tails = [
+                stmt
+                for name in sorted(assigned)
+                for stmt in m.findall(function.body, _tail_slice(name))
+                if id(stmt) not in done and stmt not in replacements
+            ]
+            if not tails:
+                continue
+            names = {node.value for node in m.findall(function, m.Name())}
+            taken = sorted(names & set(EXPORT_NAMES))
+            reason = None
+            if taken:
+                reason = f"the function already uses `{'`, `'.join(taken)}`"
+            elif not imports_torch:
+                reason = "the module does not `import torch`"
+            for stmt in tails:
+                if reason is not None:
+                    self.report(line, "refused", construct, reason)
+                    continue
+                replacements[stmt] = self._rewrite(stmt)
+                self.report(line, "rewritten", construct, "keeps the last positions of the conv by index under export")
+        return tree.visit(_ReplaceTails(replacements)) if replacements else tree
+
+    @staticmethod
+    def _rewrite(stmt: cst.SimpleStatementLine) -> cst.If:
+        assign = stmt.body[0]
+        states = assign.targets[0].target.value
+        count = assign.value.slice[-1].slice.lower.expression.value
+        choice = cst.parse_statement(EXPORT_TEMPLATE.format(states=states, count=count))
+        return choice.with_changes(
+            leading_lines=stmt.leading_lines,
+            orelse=choice.orelse.with_changes(
+                body=choice.orelse.body.with_changes(body=[stmt.with_changes(leading_lines=())])
+            ),
+        )
