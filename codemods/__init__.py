@@ -4,6 +4,7 @@ from .base import Codemod, Finding
 from .cache_pytree import CachePytreeRegistration
 from .cond_branches import CondBranches
 from .export_early_return import ExportEarlyReturn
+from .moe_expert_loop import MoeExpertLoop
 from .sliding_window_cache import SlidingWindowCache
 from .vmap_masks import VmapMasks
 
@@ -11,6 +12,7 @@ ALL_CODEMODS: tuple[type[Codemod], ...] = (
     CachePytreeRegistration,
     SlidingWindowCache,
     ExportEarlyReturn,
+    MoeExpertLoop,
     CondBranches,
     VmapMasks,
 )
