@@ -5,6 +5,7 @@ from .cache_pytree import CachePytreeRegistration
 from .cond_branches import CondBranches
 from .conv_output_tail import ConvOutputTail
 from .export_early_return import ExportEarlyReturn
+from .moe_expert_loop import MoeExpertLoop
 from .pad_to_min_length import PadToMinLength
 from .sliding_window_cache import SlidingWindowCache
 from .vmap_masks import VmapMasks
@@ -15,6 +16,7 @@ ALL_CODEMODS: tuple[type[Codemod], ...] = (
     PadToMinLength,
     ConvOutputTail,
     ExportEarlyReturn,
+    MoeExpertLoop,
     CondBranches,
     VmapMasks,
 )

@@ -16,6 +16,11 @@ still taking the original statements (`torch.compiler.is_exporting()` picks the 
   `else: kv_length = c + q`, `return kv_length, kv_offset` gets, under export, the closed forms
   `kv_length = sym_min(c, w - 1) + q` and `kv_offset = c - sym_min(c, w - 1)`, equal for every int `c` and `w`
   (`c >= w` iff `min(c, w - 1) == w - 1`). Written so that `kv_length + kv_offset` is `c + q` symbolically.
+  The transformers 4.56 form takes the offset from the positions, a tensor (`kv_offset = torch.clamp(P - w + 1,
+  min=0)`, `P = cache_position[0]`), which the mask code then tests in Python `if`s, and the length from
+  `c = self.get_seq_length()`: under export it returns the same closed forms (an int offset) after
+  `torch._assert_async(kv_offset == c - sym_min(c, w - 1))`: equal values, or the program raises (positions that do
+  not start at the cache length).
 
 What it refuses: a class whose `update` or `get_mask_sizes` does not have these exact shapes (another transformers
 version) is left unchanged with a finding; the record-the-past arm of `update` (it keeps everything) is not touched.
@@ -86,6 +91,80 @@ if torch.compiler.is_exporting():
     kv_offset = self.cumulative_length - torch.sym_min(self.cumulative_length, self.sliding_window - 1)
     return kv_length, kv_offset
 """
+
+
+# transformers 4.56: the offset is a tensor from `cache_position[0]`, the length from `get_seq_length()`
+TENSOR_OFFSET_TEMPLATE = """
+if torch.compiler.is_exporting():
+    # The mask code tests a tensor offset in Python `if`s (data-dependent under export): return it as an
+    # int from the counter, asserted equal, and the length with sym_min (no guard on the window's side)
+    past = torch.sym_min(self.get_seq_length(), self.sliding_window - 1)
+    offset = self.get_seq_length() - past
+    torch._assert_async(kv_offset == offset, "cache_position does not start at the cache length")
+    return past + {query}, offset
+"""
+
+
+def _tensor_offset_tail(body: list[cst.BaseStatement]) -> tuple[int, str] | None:
+    """(index of the `if`, query length name) when `body` ends with the 4.56 form: `kv_offset =
+    torch.clamp(P - self.sliding_window + 1, min=0)`, `if self.get_seq_length() >= self.sliding_window:` `kv_length =
+    self.sliding_window - 1 + Q` `else: kv_length = self.get_seq_length() + Q`, `return kv_length, kv_offset`."""
+    if len(body) < 3:
+        return None
+    offset_stmt, branch, ret = body[-3:]
+    seq_length = m.Call(func=_self("get_seq_length"), args=[])
+    offset = m.SimpleStatementLine(
+        body=[
+            m.Assign(
+                targets=[m.AssignTarget(target=m.Name("kv_offset"))],
+                value=m.Call(
+                    func=m.Attribute(value=m.Name("torch"), attr=m.Name("clamp")),
+                    args=[
+                        m.Arg(
+                            value=m.BinaryOperation(
+                                left=m.BinaryOperation(operator=m.Subtract(), right=_self("sliding_window")),
+                                operator=m.Add(),
+                                right=m.Integer("1"),
+                            ),
+                            keyword=None,
+                        ),
+                        m.Arg(keyword=m.Name("min"), value=m.Integer("0")),
+                    ],
+                ),
+            )
+        ]
+    )
+
+    def length(value: m.BaseExpression) -> m.IndentedBlock:
+        target = m.AssignTarget(target=m.Name("kv_length"))
+        return m.IndentedBlock(body=[m.SimpleStatementLine(body=[m.Assign(targets=[target], value=value)])])
+
+    full = m.BinaryOperation(
+        left=m.BinaryOperation(left=_self("sliding_window"), operator=m.Subtract(), right=m.Integer("1")),
+        operator=m.Add(),
+        right=m.Name(),
+    )
+    shape = m.If(
+        test=m.Comparison(
+            left=seq_length,
+            comparisons=[m.ComparisonTarget(operator=m.GreaterThanEqual(), comparator=_self("sliding_window"))],
+        ),
+        body=length(full),
+        orelse=m.Else(body=length(m.BinaryOperation(left=seq_length, operator=m.Add(), right=m.Name()))),
+    )
+    returned = m.SimpleStatementLine(
+        body=[
+            m.Return(
+                value=m.Tuple(elements=[m.Element(value=m.Name("kv_length")), m.Element(value=m.Name("kv_offset"))])
+            )
+        ]
+    )
+    if not (m.matches(offset_stmt, offset) and m.matches(branch, shape) and m.matches(ret, returned)):
+        return None
+    query = branch.body.body[0].body[0].value.right.value
+    if branch.orelse.body.body[0].body[0].value.right.value != query:
+        return None
+    return len(body) - 2, query
 
 
 def _mask_sizes_tail(body: list[cst.BaseStatement]) -> tuple[int, str] | None:
@@ -267,7 +346,9 @@ class SlidingWindowCache(Codemod):
         if m.findall(function, EXPORTING):
             return function  # already rewritten
         body = list(function.body.body)
-        tail = _mask_sizes_tail(body)
+        tail, template = _mask_sizes_tail(body), MASK_SIZES_TEMPLATE
+        if tail is None:
+            tail, template = _tensor_offset_tail(body), TENSOR_OFFSET_TEMPLATE
         if tail is None:
             self.report(
                 line,
@@ -277,7 +358,7 @@ class SlidingWindowCache(Codemod):
             )
             return function
         index, query = tail
-        choice = cst.parse_statement(MASK_SIZES_TEMPLATE.format(query=query))
+        choice = cst.parse_statement(template.format(query=query))
         body[index:index] = [choice.with_changes(leading_lines=body[index].leading_lines)]
         body[index + 1] = body[index + 1].with_changes(leading_lines=(cst.EmptyLine(indent=False),))
         self.report(line, "rewritten", construct, "closed forms with sym_min under export")
