@@ -36,7 +36,8 @@ def tool_fingerprint() -> str:
     key."""
     digest = hashlib.sha256(__version__.encode())
     for package in (Path(__file__).parent, Path(codemods.__file__).parent):
-        for path in sorted(package.rglob("*.py")):
+        # the codemods' data files (cond_targets.json) render too
+        for path in sorted([*package.rglob("*.py"), *package.rglob("*.json")]):
             if path.relative_to(package).parts[0] in NOT_RENDERING:
                 continue
             digest.update(path.relative_to(package).as_posix().encode())
