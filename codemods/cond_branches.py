@@ -428,7 +428,9 @@ def _split_test(
     if len(forms) > 1 and any(form is not None and form.symbolic for form in forms):
         raise _Refusal("a size test `and`-joined to other tests: a SymBool does not combine with `&`")
     if len(forms) > 1 and any(form is not None and form.listed for form in forms):
-        raise _Refusal("a listed test `and`-joined to other tests: it may be a SymBool, which does not combine with `&`")
+        raise _Refusal(
+            "a listed test `and`-joined to other tests: it may be a SymBool, which does not combine with `&`"
+        )
     if 0 < first < len(items) and all(form is not None for form in forms):
         if len(tensor) == 1:
             form, written = forms[0], tensor[0]

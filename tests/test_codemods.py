@@ -416,7 +416,12 @@ def test_cond_branches_takes_the_sites_its_targets_file_lists():
             "length <= max_pad",
             "`extra_pad` may be `0` before the branch, and the other arm would return it",
         ),
-        (40, "refused", "durations.sum() == 0", "the branch assigns to `durations[durations.sum(dim=1).eq(0)]` in place"),
+        (
+            40,
+            "refused",
+            "durations.sum() == 0",
+            "the branch assigns to `durations[durations.sum(dim=1).eq(0)]` in place",
+        ),
         (50, "note", "x.sum() > 0", "listed in cond_targets.json, but this module has no such `if` in that function"),
     ]
     # The same test in a function the file does not list (`not_listed`, listed only for another module) stays

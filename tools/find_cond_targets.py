@@ -9,8 +9,8 @@ take the innermost transformers frame (`verify.errors.user_location`) and the `i
 Sites found are merged into the targets file, keyed so that they survive line shifts: the module's path in the
 transformers package, the qualname of the function that holds the `if` (`Class.method`, nested names dotted) and
 the test written on one line (`cond_branches.site_test`); the line is informative only. One entry per key, sorted;
-earlier entries are kept; each names the model type that hit it and the error's first line. A model that exports, fails for another reason, or fails
-outside an `if` test is reported on stderr and recorded nowhere.
+earlier entries are kept; each names the model type that hit it and the error's first line. A model that exports,
+fails for another reason, or fails outside an `if` test is reported on stderr and recorded nowhere.
 """
 
 from __future__ import annotations
