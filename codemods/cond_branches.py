@@ -937,7 +937,9 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
                 first = formatted[0].with_changes(leading_lines=original_node.leading_lines)
                 replacement = cst.FlattenSentinel([first, *formatted[1:]])
         except _Refusal as refusal:
-            self.codemod.report(line, "refused", construct, str(refusal))
+            # A listed site may say why no other equivalent form exists either (reviewed by hand)
+            why = self.codemod.site_whys.get((".".join(self.scopes), construct))
+            self.codemod.report(line, "refused", construct, f"{refusal}; {why}" if why else str(refusal))
             return updated_node
         self.codemod.report(line, "rewritten", construct, shape)
         return replacement
@@ -1268,7 +1270,8 @@ class CondBranches(Codemod):
         "arm emitted once as a function that eager calls through the plain `if`)."
     )
     # The `if`s that export of a tiny model stopped on, found by tools/find_cond_targets.py and committed, so that
-    # generating stays offline and deterministic: {"file", "function", "test", "line" (informative), ...}
+    # generating stays offline and deterministic: {"file", "function", "test", "line" (informative), ...}; an
+    # optional "why", written by hand, is added to the reason of a refusal (why no other equivalent form exists)
     TARGETS: tuple[dict, ...] = load_targets()
 
     @classmethod
@@ -1302,6 +1305,11 @@ class CondBranches(Codemod):
             return tree
         listed = _listed_tests(self.TARGETS, relpath)
         self.seen_sites: set[tuple[str, str]] = set()
+        self.site_whys = {
+            (site["function"], _one_line(cst.parse_expression(site["test"]))): site["why"]
+            for site in sites
+            if site.get("why")
+        }
         try:
             return self._transform(tree, listed)
         finally:

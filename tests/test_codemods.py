@@ -414,7 +414,8 @@ def test_cond_branches_takes_the_sites_its_targets_file_lists():
             33,
             "refused",
             "length <= max_pad",
-            "`extra_pad` may be `0` before the branch, and the other arm would return it",
+            "`extra_pad` may be `0` before the branch, and the other arm would return it; "
+            "the padding is a size: no tensor form",  # the site's hand-written "why"
         ),
         (
             40,
