@@ -962,6 +962,8 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
         if not self.torch_imported:
             raise _Refusal("the module does not `import torch`")
         outer, written, form = _split_test(original.test, self.shapes[-1])
+        if form.listed:
+            _check_no_unbacked_int_in_arms(self.functions[-1], written, original)
         if outer is not None and original.orelse is not None:
             raise _Refusal("a Python condition joined to the tensor test, with an `else`: it would run both ways")
         body = updated.body
@@ -1152,6 +1154,32 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
         visitor = _NamesBefore(node)
         function.visit(visitor)
         return any(found.value == name for found in visitor.found)
+
+
+# Expressions whose value is a Python int under export: a size, or a tensor value read into Python
+_INT_SOURCES = m.Attribute(attr=m.Name("shape")) | m.Call(
+    func=m.Attribute(attr=m.Name("size") | m.Name("item") | m.Name("tolist")) | m.Name("len") | m.Name("int")
+)
+
+
+def _check_no_unbacked_int_in_arms(function: cst.FunctionDef, test: cst.BaseExpression, node: cst.If) -> None:
+    """A listed test that stopped export compares data-dependent ints (unbacked SymInts) when its names are bound
+    from sizes or `.item()`; torch.cond (torch 2.13) rejects an arm that reads one through the closure ("Unbacked
+    SymInt input is not supported"), so such a site is refused rather than rewritten into a failing export."""
+    in_test = {name.value for name in _names(test)}
+    ints = set()
+    for assign in m.findall(function, m.Assign()):
+        if m.findall(assign.value, _INT_SOURCES):
+            ints.update(
+                e.value for t in assign.targets for e in _target_elements(t.target) if isinstance(e, cst.Name)
+            )
+    arms = _if_parts(node)[1]
+    read = {name.value for block in arms for name in _names(block)}
+    for name in sorted(in_test & ints & read):
+        raise _Refusal(
+            f"an arm reads `{name}`, an int of the listed test that export found data-dependent: torch.cond "
+            "rejects an unbacked SymInt in a branch's closure (torch 2.13)"
+        )
 
 
 def _blank_before_branch_function(block: cst.BaseSuite, blank: bool) -> cst.BaseSuite:

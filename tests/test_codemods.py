@@ -402,6 +402,12 @@ def test_vmap_masks_emits_transformers_style():
         assert black.format_str(text, mode=black.Mode(line_length=119)) == text, path.name
 
 
+_UNBACKED = (
+    "an arm reads `{}`, an int of the listed test that export found data-dependent: torch.cond rejects an unbacked "
+    "SymInt in a branch's closure (torch 2.13)"
+)
+
+
 def test_cond_branches_takes_the_sites_its_targets_file_lists():
     # `gate > 0` (a subscript of a tensor) and `count < limit` (a name bound from `.item()`) are no tensor tests to
     # the static rules: only the fixture's targets file makes them candidates. Sites are keyed by the function's
@@ -410,15 +416,10 @@ def test_cond_branches_takes_the_sites_its_targets_file_lists():
     assert findings == [
         (7, "rewritten", "gate > 0", "if/else -> torch.cond"),
         (24, "rewritten", "mask is not None and count < limit", "select -> torch.cond"),
+        (30, "refused", "count < limit", _UNBACKED.format("count")),
+        (39, "refused", "length <= max_pad", _UNBACKED.format("length") + "; the padding is a size: no tensor form"),
         (
-            33,
-            "refused",
-            "length <= max_pad",
-            "`extra_pad` may be `0` before the branch, and the other arm would return it; "
-            "the padding is a size: no tensor form",  # the site's hand-written "why"
-        ),
-        (
-            40,
+            46,
             "refused",
             "durations.sum() == 0",
             "the branch assigns to `durations[durations.sum(dim=1).eq(0)]` in place",
@@ -438,7 +439,7 @@ def test_cond_branches_takes_the_sites_its_targets_file_lists():
         DEFAULT_MODULE,
         codemods=(BY_NAME["cond_branches"].with_targets([]),),
     )
-    assert [(f.line, f.kind) for f in plain.findings] == [(40, "refused")]  # `durations.sum() == 0` is static
+    assert [(f.line, f.kind) for f in plain.findings] == [(46, "refused")]  # `durations.sum() == 0` is static
 
 
 def test_cond_branches_refuses_listed_sites_in_shared_modules_with_a_reason():
