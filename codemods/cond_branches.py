@@ -1316,7 +1316,7 @@ class CondBranches(Codemod):
 
     def _report_sites(self, sites: list[dict], kind: str, reason: str) -> None:
         for site in sites:
-            self.report(site["line"], kind, site["test"], reason)
+            self.report(site["line"], kind, site["test"], f"{reason}; {site['why']}" if site.get("why") else reason)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         module = self.context.full_module_name
