@@ -1275,12 +1275,20 @@ def site_test(test: cst.BaseExpression) -> str:
     return _one_line(test)
 
 
+def _site_in(site: dict, relpath: str) -> bool:
+    """Whether `site` (found in a `modeling_*.py`) is in `relpath`: that file, or the `modular_*.py` it is generated
+    from, where the upstream patch makes the same rewrite."""
+    folder, _, name = site["file"].rpartition("/")
+    modular = f"{folder}/{name.replace('modeling_', 'modular_', 1)}" if name.startswith("modeling_") else None
+    return relpath in (site["file"], modular)
+
+
 def _listed_tests(sites: tuple[dict, ...], relpath: str) -> dict[str, frozenset[str]]:
     """Function qualname -> the tests listed for it in `relpath`. An `A and T` test also lists `T`, its last
     conjunct: the leading ones stay a Python `if` around the rewrite, as for any tensor test."""
     listed: dict[str, set[str]] = {}
     for site in sites:
-        if site["file"] != relpath:
+        if not _site_in(site, relpath):
             continue
         test = cst.parse_expression(site["test"])
         texts = listed.setdefault(site["function"], set())
@@ -1321,7 +1329,7 @@ class CondBranches(Codemod):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         module = self.context.full_module_name
         relpath = self.context.filename or "<string>"
-        sites = [site for site in self.TARGETS if site["file"] == relpath]
+        sites = [site for site in self.TARGETS if _site_in(site, relpath)]
         if module is not None and module.startswith("transformers.") and not module.startswith("transformers.models."):
             # a shared module's classes must stay transformers' own (see the module docstring)
             self._report_sites(

@@ -464,3 +464,16 @@ def test_committed_targets_are_keyed_by_file_function_and_test():
     assert keys == sorted(set(keys))
     for site in CondBranches.TARGETS:
         assert site_test(cst.parse_expression(site["test"])) == site["test"]  # written as the codemod reads it
+
+
+def test_a_listed_site_applies_to_the_modular_file_its_modeling_file_is_generated_from():
+    sites = [{"file": "models/toy/modeling_toy.py", "function": "f", "line": 5, "test": "gate > 0", "why": "w"}]
+    source = "import torch\n\n\ndef f(x, gate):\n    if gate > 0:\n        x = x * 2\n    return x\n"
+    codemod = BY_NAME["cond_branches"].with_targets(sites)
+    for relpath, rewritten in (
+        ("models/toy/modeling_toy.py", True),
+        ("models/toy/modular_toy.py", True),
+        ("models/other/modular_toy.py", False),
+    ):
+        change = run_codemods(source, relpath, DEFAULT_MODULE, codemods=(codemod,))
+        assert change.changed is rewritten, relpath
