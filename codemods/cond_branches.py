@@ -1156,10 +1156,20 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
         return any(found.value == name for found in visitor.found)
 
 
-# Expressions whose value is a Python int under export: a size, or a tensor value read into Python
-_INT_SOURCES = m.Attribute(attr=m.Name("shape")) | m.Call(
-    func=m.Attribute(attr=m.Name("size") | m.Name("item") | m.Name("tolist")) | m.Name("len") | m.Name("int")
-)
+def _int_valued(node: cst.BaseExpression) -> bool:
+    """Whether `node` is a Python int under export: a size (`x.shape[i]`, `x.size(i)`, `len(...)`), a tensor value
+    read into Python (`.item()`, `int(...)`), or arithmetic, `min` or `max` over one."""
+    if isinstance(node, cst.Subscript):
+        return m.matches(node.value, m.Attribute(attr=m.Name("shape")))
+    if isinstance(node, cst.BinaryOperation):
+        return _int_valued(node.left) or _int_valued(node.right)
+    if not isinstance(node, cst.Call):
+        return False
+    if m.matches(node.func, m.Attribute(attr=m.Name("size") | m.Name("item"))) or m.matches(
+        node.func, m.Name("len") | m.Name("int")
+    ):
+        return True
+    return m.matches(node.func, m.Name("min") | m.Name("max")) and any(_int_valued(arg.value) for arg in node.args)
 
 
 def _check_no_unbacked_int_in_arms(function: cst.FunctionDef, test: cst.BaseExpression, node: cst.If) -> None:
@@ -1169,7 +1179,8 @@ def _check_no_unbacked_int_in_arms(function: cst.FunctionDef, test: cst.BaseExpr
     in_test = {name.value for name in _names(test)}
     ints = set()
     for assign in m.findall(function, m.Assign()):
-        if m.findall(assign.value, _INT_SOURCES):
+        whole_shape = m.matches(assign.value, m.Attribute(attr=m.Name("shape")))  # `batch, length = x.shape`
+        if whole_shape or _int_valued(assign.value):
             ints.update(
                 e.value for t in assign.targets for e in _target_elements(t.target) if isinstance(e, cst.Name)
             )
