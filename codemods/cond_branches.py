@@ -1173,9 +1173,10 @@ def _int_valued(node: cst.BaseExpression) -> bool:
 
 
 def _check_no_unbacked_int_in_arms(function: cst.FunctionDef, test: cst.BaseExpression, node: cst.If) -> None:
-    """A listed test that stopped export compares data-dependent ints (unbacked SymInts) when its names are bound
+    """A listed test that stopped export may compare data-dependent ints (unbacked SymInts) when its names are bound
     from sizes or `.item()`; torch.cond (torch 2.13) rejects an arm that reads one through the closure ("Unbacked
-    SymInt input is not supported"), so such a site is refused rather than rewritten into a failing export."""
+    SymInt input is not supported"). Which side is unbacked is not visible in the source, so such a site is refused
+    (conservatively) rather than rewritten into a failing export."""
     in_test = {name.value for name in _names(test)}
     ints = set()
     for assign in m.findall(function, m.Assign()):
@@ -1188,8 +1189,8 @@ def _check_no_unbacked_int_in_arms(function: cst.FunctionDef, test: cst.BaseExpr
     read = {name.value for block in arms for name in _names(block)}
     for name in sorted(in_test & ints & read):
         raise _Refusal(
-            f"an arm reads `{name}`, an int of the listed test that export found data-dependent: torch.cond "
-            "rejects an unbacked SymInt in a branch's closure (torch 2.13)"
+            f"an arm reads `{name}`, an int the listed test compares: where it is what export found data-dependent "
+            "(an unbacked SymInt), torch.cond rejects it in a branch's closure (torch 2.13)"
         )
 
 

@@ -403,8 +403,8 @@ def test_vmap_masks_emits_transformers_style():
 
 
 _UNBACKED = (
-    "an arm reads `{}`, an int of the listed test that export found data-dependent: torch.cond rejects an unbacked "
-    "SymInt in a branch's closure (torch 2.13)"
+    "an arm reads `{}`, an int the listed test compares: where it is what export found data-dependent (an unbacked "
+    "SymInt), torch.cond rejects it in a branch's closure (torch 2.13)"
 )
 
 
