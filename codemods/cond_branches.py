@@ -43,6 +43,19 @@ or returns slices with `Max(1, s)` strides fails to export. Comparisons of whole
 and `.item()` of an `any`/`all` test are tensor tests. Other tests (a parameter `seq_len == 1`) are neither
 rewritten nor reported. Shared modules (`modeling_utils.py`, `cache_utils.py`, ...) are never changed: a rewrite
 there would vendor the whole module, and the classes they define must stay transformers' own.
+
+Tests the static rules cannot see come from the committed targets file `cond_targets.json`, which
+tools/find_cond_targets.py fills from real export failures (the `if` whose test stopped export of a tiny model on a
+data-dependent value). A site is keyed by the module's path in the transformers package, the qualname of the
+function that holds it (`Class.method`; a nested function is dotted under its parent) and the test on one line, so
+it survives line shifts (its `line` is informative). A listed test is a candidate like any tensor test and obeys
+the same rules; when no static form fits, a listed single comparison is itself the predicate (a one-element tensor
+or a SymBool: torch.cond takes both), and in a listed `A and T` the leading conjuncts stay a Python `if`. A listed
+test has no negation right for both kinds, so its raise-only branch is refused. A listed site in a shared module
+is refused with that reason; one the module no longer has is reported as a note. Known limit (torch 2.13): an arm
+that reads an unbacked SymInt (`count = x.sum().item()`) through the closure fails to export ("Unbacked SymInt
+input is not supported"); the predicate may use it. Reading the targets file is the codemod's only input besides
+the source: `generate` stays offline and deterministic, and never runs torch.
 """
 
 from __future__ import annotations
@@ -51,6 +64,7 @@ import contextlib
 import json
 import re
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import NamedTuple
 
 import libcst as cst
@@ -107,6 +121,9 @@ class _Bound(NamedTuple):
     sizes: frozenset[str]
     values: frozenset[str]
     numpy: bool = False  # the function uses numpy: `a.max() > n` may be an array's, not a tensor's
+    # Tests (one line, as `_one_line` writes them) that cond_targets.json lists for the function: export stopped on
+    # them with a data-dependent error, so they are tensor (or SymBool) tests whatever their form
+    listed: frozenset[str] = frozenset()
 
 
 NO_NAMES = _Bound(frozenset(), frozenset())
@@ -116,9 +133,10 @@ class _LazyBound:
     """A function's `_Bound`, found on first use: most functions have no `if` that asks, and the search walks the
     whole function."""
 
-    def __init__(self, function: cst.FunctionDef):
+    def __init__(self, function: cst.FunctionDef, listed: frozenset[str] = frozenset()):
         self.function = function
         self.bound: _Bound | None = None
+        self.listed = listed  # known without the walk
 
     def _get(self) -> _Bound:
         if self.bound is None:
@@ -349,7 +367,9 @@ def _holds_order_comparison_or_method_call(test: cst.BaseExpression) -> bool:
 
 def _data_dependent_call(test: cst.BaseExpression, shapes: _Bound = NO_NAMES) -> str | None:
     """The first call in `test` that reads tensor values into Python (the candidates of this codemod), as written;
-    "shape" for a size test that export would specialise."""
+    "shape" for a size test that export would specialise; "listed" for a test that cond_targets.json lists."""
+    if shapes.listed and _one_line(test) in shapes.listed:
+        return "listed"
     if not _holds_order_comparison_or_method_call(test):
         return None  # most tests (flags, `x is None`) have neither: skip the two matcher searches
     for comparison in m.findall(test, m.Comparison()):
@@ -400,14 +420,20 @@ class _Form:
     """The tensor form of a tensor test: its code, whether it is known to be bool, whether it needs parentheses as
     an operand of `~`/`&`/`|`."""
 
-    def __init__(self, code: str, is_bool: bool, atomic: bool, symbolic: bool = False):
+    def __init__(self, code: str, is_bool: bool, atomic: bool, symbolic: bool = False, listed: bool = False):
         self.code, self.is_bool, self.atomic = code, is_bool, atomic
         self.symbolic = symbolic  # a size test: a SymBool under export, not a tensor
+        # a comparison known only from cond_targets.json: a one-element tensor or a SymBool, torch.cond takes both
+        self.listed = listed
 
     def operand(self) -> str:
         return self.code if self.atomic else f"({self.code})"
 
     def negated(self) -> "_Form":
+        if self.listed:
+            raise _Refusal(
+                "a listed test may be a tensor or a SymBool: no negation (`~`, `torch.sym_not`) is right for both"
+            )
         if self.symbolic:
             return _Form(f"torch.sym_not({self.code})", True, True, symbolic=True)
         if self.is_bool:
@@ -426,7 +452,7 @@ def _tensor_form(node: cst.BaseExpression, shapes: _Bound = NO_NAMES) -> _Form |
         isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.BitAnd, cst.BitOr))
     ):
         left, right = _tensor_form(node.left, shapes), _tensor_form(node.right, shapes)
-        if left is None or right is None or left.symbolic or right.symbolic:
+        if left is None or right is None or left.symbolic or right.symbolic or left.listed or right.listed:
             return None  # a SymBool and a tensor do not combine with `&`
         symbol = "&" if isinstance(node.operator, (cst.And, cst.BitAnd)) else "|"
         # `&` binds tighter than `|`: parenthesize every compound operand rather than reason about precedence
@@ -440,6 +466,13 @@ def _tensor_form(node: cst.BaseExpression, shapes: _Bound = NO_NAMES) -> _Form |
         inner = node.func.value
         if _reduction_operand(inner) is not None:
             return _Form(_one_line(inner), _is_bool_tensor(inner), True)
+    if (
+        shapes.listed
+        and isinstance(node, cst.Comparison)
+        and len(node.comparisons) == 1
+        and _one_line(node) in shapes.listed
+    ):
+        return _Form(_one_line(node), True, False, listed=True)
     return None
 
 
@@ -465,6 +498,10 @@ def _split_test(
     forms = [_tensor_form(item, shapes) for item in tensor]
     if len(forms) > 1 and any(form is not None and form.symbolic for form in forms):
         raise _Refusal("a size test `and`-joined to other tests: a SymBool does not combine with `&`")
+    if len(forms) > 1 and any(form is not None and form.listed for form in forms):
+        raise _Refusal(
+            "a listed test `and`-joined to other tests: it may be a SymBool, which does not combine with `&`"
+        )
     if 0 < first < len(items) and all(form is not None for form in forms):
         if len(tensor) == 1:
             form, written = forms[0], tensor[0]
@@ -849,9 +886,12 @@ class _Statements:
 _NOT_STATEMENTS: dict[type, bool] = {}  # type -> whether the candidate search skips it (by exact type: see _DESCEND)
 
 
-def _has_candidates(stmt: cst.CSTNode, shapes: _Bound = NO_NAMES) -> bool:
+def _has_candidates(
+    stmt: cst.CSTNode, listed: dict[str, frozenset[str]], scopes: tuple[str, ...] = (), shapes: _Bound = NO_NAMES
+) -> bool:
     """Whether an `if` in `stmt` (statements only, as `_Statements` visits them) has a candidate test, each test
-    read with the names of its innermost enclosing function."""
+    read with the names of its innermost enclosing function (`scopes`: the enclosing classes and functions, whose
+    dotted name keys the tests `listed` in cond_targets.json)."""
     kind = type(stmt)
     skipped = _NOT_STATEMENTS.get(kind)
     if skipped is None:
@@ -860,9 +900,11 @@ def _has_candidates(stmt: cst.CSTNode, shapes: _Bound = NO_NAMES) -> bool:
         return False
     if kind is cst.If and any(_data_dependent_call(test, shapes) for test in _if_parts(stmt)[0]):
         return True
+    if kind is cst.ClassDef or kind is cst.FunctionDef:
+        scopes = (*scopes, stmt.name.value)
     if kind is cst.FunctionDef:
-        shapes = _LazyBound(stmt)
-    return any(_has_candidates(child, shapes) for child in _children(stmt))
+        shapes = _LazyBound(stmt, listed.get(".".join(scopes), frozenset()))
+    return any(_has_candidates(child, listed, scopes, shapes) for child in _children(stmt))
 
 
 # What libcst's PositionProvider counts as a line break
@@ -888,27 +930,61 @@ class _IfLineState(CodegenState):
         return contextlib.nullcontext()
 
 
-class _Rewriter(_Statements, cst.CSTTransformer):
-    def __init__(self, codemod: "CondBranches", if_lines, first_line: int, torch_imported: bool, indent: int):
+class _Scopes:
+    """Mixin: the dotted name of the enclosing classes and functions (`Model._pad1d`), which keys the sites of
+    cond_targets.json, and a `_LazyBound` for each enclosing function with the tests listed for it."""
+
+    def __init__(self, listed: dict[str, frozenset[str]]):
+        self.listed = listed
+        self.scopes: list[str] = []
+        self.shapes: list[_Bound] = [NO_NAMES]
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.scopes.append(node.name.value)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef, *updated):
+        self.scopes.pop()
+        return updated[0] if updated else None
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.append(node.name.value)
+        self.shapes.append(_LazyBound(node, self.listed.get(".".join(self.scopes), frozenset())))
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef, *updated):
+        self.scopes.pop()
+        self.shapes.pop()
+        return updated[0] if updated else None
+
+
+class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
+    def __init__(
+        self,
+        codemod: "CondBranches",
+        if_lines,
+        first_line: int,
+        torch_imported: bool,
+        indent: int,
+        listed: dict[str, frozenset[str]],
+    ):
+        super().__init__(listed)
         self.codemod = codemod
         self.if_lines = if_lines  # id(if) -> its line in the top-level statement being rewritten
         self.first_line = first_line  # where that statement starts
         self.torch_imported = torch_imported
         self.indent = indent
         self.functions: list[cst.FunctionDef] = []
-        self.shapes: list[_Bound] = []  # names each enclosing function binds from sizes or reductions
         self.depth = 0  # enclosing indented blocks
         self.eager_arms: set[int] = set()  # `elif T:` arms this codemod emitted (a second run leaves them)
         self.elifs: set[int] = set()  # `elif` arms: rewritten as part of the `if` that holds them
         self.nested_originals: dict[int, cst.If] = {}  # an `elif` made a standalone `if` -> the node as written
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        super().visit_FunctionDef(node)
         self.functions.append(node)
-        self.shapes.append(_LazyBound(node))
 
     def leave_FunctionDef(self, original_node, updated_node):
+        super().leave_FunctionDef(original_node, updated_node)
         self.functions.pop()
-        self.shapes.pop()
         return updated_node.with_changes(body=_blank_before_branch_function(updated_node.body, blank=False))
 
     def leave_Else(self, original_node, updated_node):
@@ -938,6 +1014,10 @@ class _Rewriter(_Statements, cst.CSTTransformer):
 
     def leave_If(self, original_node: cst.If, updated_node: cst.If):
         updated_node = updated_node.with_changes(body=_blank_before_branch_function(updated_node.body, blank=True))
+        if self.shapes[-1].listed:
+            qualname = ".".join(self.scopes)
+            for test in _if_parts(original_node)[0]:
+                self.codemod.seen_sites.add((qualname, _one_line(test)))
         if not self.functions or id(original_node) in self.eager_arms or id(original_node) in self.elifs:
             return updated_node
         if m.matches(original_node.test, m.Call(func=m.Attribute(attr=m.Name("is_exporting")))):
@@ -959,7 +1039,9 @@ class _Rewriter(_Statements, cst.CSTTransformer):
                 first = formatted[0].with_changes(leading_lines=original_node.leading_lines)
                 replacement = cst.FlattenSentinel([first, *formatted[1:]])
         except _Refusal as refusal:
-            self.codemod.report(line, "refused", construct, str(refusal))
+            # A listed site may say why no other equivalent form exists either (reviewed by hand)
+            why = self.codemod.site_whys.get((".".join(self.scopes), construct))
+            self.codemod.report(line, "refused", construct, f"{refusal}; {why}" if why else str(refusal))
             return updated_node
         self.codemod.report(line, "rewritten", construct, shape)
         return replacement
@@ -982,6 +1064,8 @@ class _Rewriter(_Statements, cst.CSTTransformer):
         if not self.torch_imported:
             raise _Refusal("the module does not `import torch`")
         outer, written, form = _split_test(original.test, self.shapes[-1])
+        if form.listed:
+            _check_no_unbacked_int_in_arms(self.functions[-1], written, original)
         if outer is not None and original.orelse is not None:
             raise _Refusal("a Python condition joined to the tensor test, with an `else`: it would run both ways")
         body = updated.body
@@ -1174,6 +1258,42 @@ class _Rewriter(_Statements, cst.CSTTransformer):
         return any(found.value == name for found in visitor.found)
 
 
+def _int_valued(node: cst.BaseExpression) -> bool:
+    """Whether `node` is a Python int under export: a size (`x.shape[i]`, `x.size(i)`, `len(...)`), a tensor value
+    read into Python (`.item()`, `int(...)`), or arithmetic, `min` or `max` over one."""
+    if isinstance(node, cst.Subscript):
+        return m.matches(node.value, m.Attribute(attr=m.Name("shape")))
+    if isinstance(node, cst.BinaryOperation):
+        return _int_valued(node.left) or _int_valued(node.right)
+    if not isinstance(node, cst.Call):
+        return False
+    if m.matches(node.func, m.Attribute(attr=m.Name("size") | m.Name("item"))) or m.matches(
+        node.func, m.Name("len") | m.Name("int")
+    ):
+        return True
+    return m.matches(node.func, m.Name("min") | m.Name("max")) and any(_int_valued(arg.value) for arg in node.args)
+
+
+def _check_no_unbacked_int_in_arms(function: cst.FunctionDef, test: cst.BaseExpression, node: cst.If) -> None:
+    """A listed test that stopped export may compare data-dependent ints (unbacked SymInts) when its names are bound
+    from sizes or `.item()`; torch.cond (torch 2.13) rejects an arm that reads one through the closure ("Unbacked
+    SymInt input is not supported"). Which side is unbacked is not visible in the source, so such a site is refused
+    (conservatively) rather than rewritten into a failing export."""
+    in_test = {name.value for name in _names(test)}
+    ints = set()
+    for assign in m.findall(function, m.Assign()):
+        whole_shape = m.matches(assign.value, m.Attribute(attr=m.Name("shape")))  # `batch, length = x.shape`
+        if whole_shape or _int_valued(assign.value):
+            ints.update(e.value for t in assign.targets for e in _target_elements(t.target) if isinstance(e, cst.Name))
+    arms = _if_parts(node)[1]
+    read = {name.value for block in arms for name in _names(block)}
+    for name in sorted(in_test & ints & read):
+        raise _Refusal(
+            f"an arm reads `{name}`, an int the listed test compares: where it is what export found data-dependent "
+            "(an unbacked SymInt), torch.cond rejects it in a branch's closure (torch 2.13)"
+        )
+
+
 def _blank_before_branch_function(block: cst.BaseSuite, blank: bool) -> cst.BaseSuite:
     """Black's layout of a branch function that opens a block: a blank line before it, except in a `def`."""
     if not isinstance(block, cst.IndentedBlock) or not block.body:
@@ -1254,24 +1374,104 @@ def _imports_torch(tree: cst.Module) -> bool:
     )
 
 
+TARGETS_FILE = Path(__file__).with_name("cond_targets.json")
+
+
+def load_targets(path: Path = TARGETS_FILE) -> tuple[dict, ...]:
+    """The sites of the committed targets file (written by tools/find_cond_targets.py), in file order."""
+    return tuple(json.loads(path.read_text(encoding="utf-8"))["sites"])
+
+
+def site_test(test: cst.BaseExpression) -> str:
+    """How a site's test is written in the targets file: one line, no comments, no enclosing parentheses."""
+    return _one_line(test)
+
+
+def _site_in(site: dict, relpath: str) -> bool:
+    """Whether `site` (found in a `modeling_*.py`) is in `relpath`: that file, or the `modular_*.py` it is generated
+    from, where the upstream patch makes the same rewrite."""
+    folder, _, name = site["file"].rpartition("/")
+    modular = f"{folder}/{name.replace('modeling_', 'modular_', 1)}" if name.startswith("modeling_") else None
+    return relpath in (site["file"], modular)
+
+
+def _listed_tests(sites: tuple[dict, ...], relpath: str) -> dict[str, frozenset[str]]:
+    """Function qualname -> the tests listed for it in `relpath`. An `A and T` test also lists `T`, its last
+    conjunct: the leading ones stay a Python `if` around the rewrite, as for any tensor test."""
+    listed: dict[str, set[str]] = {}
+    for site in sites:
+        if not _site_in(site, relpath):
+            continue
+        test = cst.parse_expression(site["test"])
+        texts = listed.setdefault(site["function"], set())
+        texts.add(_one_line(test))
+        conjuncts = _conjuncts(test.with_changes(lpar=[], rpar=[]) if isinstance(test, cst.BooleanOperation) else test)
+        if len(conjuncts) > 1:
+            texts.add(_one_line(conjuncts[-1]))
+    return {function: frozenset(texts) for function, texts in listed.items()}
+
+
 class CondBranches(Codemod):
     NAME = "cond-branches"
     DESCRIPTION = (
         "Data-dependent `if`s: raise-only branches become run-time asserts, branches torch.cond under export (each "
         "arm emitted once as a function that eager calls through the plain `if`)."
     )
+    # The `if`s that export of a tiny model stopped on, found by tools/find_cond_targets.py and committed, so that
+    # generating stays offline and deterministic: {"file", "function", "test", "line" (informative), ...}; an
+    # optional "why", written by hand, is added to the reason of a refusal (why no other equivalent form exists)
+    TARGETS: tuple[dict, ...] = load_targets()
+
+    @classmethod
+    def with_targets(cls, sites) -> type["CondBranches"]:
+        """This codemod reading `sites` instead of the committed targets file (for tests and other files)."""
+        return type(cls.__name__, (cls,), {"TARGETS": tuple(sites)})
 
     @classmethod
     def might_apply(cls, source: str) -> bool:
         markers = (".any(", ".all(", ".item()", "torch.equal(", ".shape", ".size(")
         markers += tuple(f".{name}(" for name in sorted(_VALUE_REDUCTIONS))
+        markers += tuple(f"def {site['function'].rsplit('.', 1)[-1]}(" for site in cls.TARGETS)
         return any(marker in source for marker in markers)
+
+    def _report_sites(self, sites: list[dict], kind: str, reason: str) -> None:
+        for site in sites:
+            self.report(site["line"], kind, site["test"], f"{reason}; {site['why']}" if site.get("why") else reason)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         module = self.context.full_module_name
+        relpath = self.context.filename or "<string>"
+        sites = [site for site in self.TARGETS if _site_in(site, relpath)]
         if module is not None and module.startswith("transformers.") and not module.startswith("transformers.models."):
-            return tree  # a shared module's classes must stay transformers' own (see the module docstring)
-        with_candidates = {index for index, stmt in enumerate(tree.body) if _has_candidates(stmt)}
+            # a shared module's classes must stay transformers' own (see the module docstring)
+            self._report_sites(
+                sites,
+                "refused",
+                f"listed in cond_targets.json, but `{module}` is a shared module, which this codemod never changes: "
+                "a rewrite would vendor it whole and its classes would stop being transformers' own",
+            )
+            return tree
+        listed = _listed_tests(self.TARGETS, relpath)
+        self.seen_sites: set[tuple[str, str]] = set()
+        self.site_whys = {
+            (site["function"], _one_line(cst.parse_expression(site["test"]))): site["why"]
+            for site in sites
+            if site.get("why")
+        }
+        try:
+            return self._transform(tree, listed)
+        finally:
+            missing = [
+                site
+                for site in sites
+                if (site["function"], _one_line(cst.parse_expression(site["test"]))) not in self.seen_sites
+            ]
+            self._report_sites(
+                missing, "note", "listed in cond_targets.json, but this module has no such `if` in that function"
+            )
+
+    def _transform(self, tree: cst.Module, listed: dict[str, frozenset[str]]) -> cst.Module:
+        with_candidates = {index for index, stmt in enumerate(tree.body) if _has_candidates(stmt, listed)}
         if not with_candidates:
             return tree
         body, changed, line = [], False, 1 + len(tree.header)
@@ -1293,7 +1493,7 @@ class CondBranches(Codemod):
             code = "".join(state.tokens)
             self.remember_statement_code(tree, stmt, code)
             line += code.count("\n")
-            new = stmt.visit(_Rewriter(self, state.if_lines, first_line, torch_imported, indent))
+            new = stmt.visit(_Rewriter(self, state.if_lines, first_line, torch_imported, indent, listed))
             changed = changed or new is not stmt
             body.append(new)
         return tree.with_changes(body=body) if changed else tree

@@ -9,6 +9,7 @@ import pytest
 
 from codemods import ALL_CODEMODS
 from codemods.cache_pytree import CachePytreeRegistration
+from codemods.cond_branches import load_targets
 from exportsmith.pipeline import run_codemods
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -32,6 +33,9 @@ def _cases():
 def _run(path: Path):
     codemod = BY_NAME[path.parent.name]
     case = path.name.removesuffix(".in.py")
+    targets = path.with_name(f"{case}.targets.json")  # cond-branches: the sites a fixture's targets file lists
+    if targets.exists():
+        codemod = codemod.with_targets(load_targets(targets))
     return run_codemods(path.read_text(), path.name, MODULE_NAMES.get(case, DEFAULT_MODULE), codemods=(codemod,))
 
 
@@ -396,3 +400,80 @@ def test_vmap_masks_emits_transformers_style():
             continue  # its input keeps a hand-wrapped call that black would join; the rewrite never touches it
         text = path.read_text()
         assert black.format_str(text, mode=black.Mode(line_length=119)) == text, path.name
+
+
+_UNBACKED = (
+    "an arm reads `{}`, an int the listed test compares: where it is what export found data-dependent (an unbacked "
+    "SymInt), torch.cond rejects it in a branch's closure (torch 2.13)"
+)
+
+
+def test_cond_branches_takes_the_sites_its_targets_file_lists():
+    # `gate > 0` (a subscript of a tensor) and `count < limit` (a name bound from `.item()`) are no tensor tests to
+    # the static rules: only the fixture's targets file makes them candidates. Sites are keyed by the function's
+    # qualname and the test, not the line (the file gives wrong lines on purpose: 50 for a site that is not there)
+    change, findings = _cond_findings("listed_targets")
+    assert findings == [
+        (7, "rewritten", "gate > 0", "if/else -> torch.cond"),
+        (24, "rewritten", "mask is not None and count < limit", "select -> torch.cond"),
+        (30, "refused", "count < limit", _UNBACKED.format("count")),
+        (39, "refused", "length <= max_pad", _UNBACKED.format("length") + "; the padding is a size: no tensor form"),
+        (
+            46,
+            "refused",
+            "durations.sum() == 0",
+            "the branch assigns to `durations[durations.sum(dim=1).eq(0)]` in place",
+        ),
+        (50, "note", "x.sum() > 0", "listed in cond_targets.json, but this module has no such `if` in that function"),
+    ]
+    # The same test in a function the file does not list (`not_listed`, listed only for another module) stays
+    assert "    if gate > 0:  # the same test in a function" in change.rewritten
+    # The leading Python conjunct stays a plain `if` around the rewrite; the listed comparison is the predicate
+    assert "if mask is not None:\n" in change.rewritten and "torch.cond(\n                    count < limit," in (
+        change.rewritten
+    )
+    # Without the targets file none of them is a candidate
+    plain = run_codemods(
+        (FIXTURES / "cond_branches" / "listed_targets.in.py").read_text(),
+        "listed_targets.in.py",
+        DEFAULT_MODULE,
+        codemods=(BY_NAME["cond_branches"].with_targets([]),),
+    )
+    assert [(f.line, f.kind) for f in plain.findings] == [(46, "refused")]  # `durations.sum() == 0` is static
+
+
+def test_cond_branches_refuses_listed_sites_in_shared_modules_with_a_reason():
+    sites = [{"file": "integrations/sdpa_attention.py", "function": "f", "line": 3, "test": "q_length == 1"}]
+    source = "import torch\n\n\ndef f(q_length, x):\n    if q_length == 1:\n        x = x * 2\n    return x\n"
+    change = run_codemods(
+        source,
+        "integrations/sdpa_attention.py",
+        "transformers.integrations.sdpa_attention",
+        codemods=(BY_NAME["cond_branches"].with_targets(sites),),
+    )
+    assert not change.changed
+    [finding] = change.findings
+    assert (finding.kind, finding.construct) == ("refused", "q_length == 1")
+    assert "shared module" in finding.reason
+
+
+def test_committed_targets_are_keyed_by_file_function_and_test():
+    from codemods.cond_branches import CondBranches, site_test
+
+    keys = [(site["file"], site["function"], site["test"]) for site in CondBranches.TARGETS]
+    assert keys == sorted(set(keys))
+    for site in CondBranches.TARGETS:
+        assert site_test(cst.parse_expression(site["test"])) == site["test"]  # written as the codemod reads it
+
+
+def test_a_listed_site_applies_to_the_modular_file_its_modeling_file_is_generated_from():
+    sites = [{"file": "models/toy/modeling_toy.py", "function": "f", "line": 5, "test": "gate > 0", "why": "w"}]
+    source = "import torch\n\n\ndef f(x, gate):\n    if gate > 0:\n        x = x * 2\n    return x\n"
+    codemod = BY_NAME["cond_branches"].with_targets(sites)
+    for relpath, rewritten in (
+        ("models/toy/modeling_toy.py", True),
+        ("models/toy/modular_toy.py", True),
+        ("models/other/modular_toy.py", False),
+    ):
+        change = run_codemods(source, relpath, DEFAULT_MODULE, codemods=(codemod,))
+        assert change.changed is rewritten, relpath

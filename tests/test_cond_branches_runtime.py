@@ -419,3 +419,50 @@ def test_the_original_size_test_is_silently_specialised():
     program = _export(_Call(original.squeeze_single_step), (_Q,))
     single = _Q[:, :1]
     assert not torch.equal(program.module()(single), original.squeeze_single_step(single))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Sites that only a targets file makes candidates (`listed_targets.targets.json`)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _listed_original_and_rewritten() -> tuple[types.ModuleType, types.ModuleType]:
+    from codemods.cond_branches import load_targets
+
+    source = (FIXTURES / "listed_targets.in.py").read_text()
+    codemod = CondBranches.with_targets(load_targets(FIXTURES / "listed_targets.targets.json"))
+    change = run_codemods(source, "listed_targets.in.py", "transformers.models.toy.modeling_toy", codemods=(codemod,))
+    assert change.applied == ("cond-branches",)
+    return _module(source, "listed_targets_original"), _module(change.rewritten, "listed_targets_rewritten")
+
+
+def test_listed_tensor_test_exports_with_cond_and_matches_eager_in_both_arms():
+    original, rewritten = _listed_original_and_rewritten()
+    traced = (torch.randn(2, 3, generator=torch.Generator().manual_seed(1)), torch.tensor([[0.5, -1.0], [2.0, 3.0]]))
+    program = _export(_Call(rewritten.gate_by_first_score), traced)
+    assert _conds(program) == 1
+    arms = [
+        (torch.randn(3, 4), torch.tensor([[-0.25, 1.0, 1.0]])),  # gate <= 0: the else arm, at other sizes
+        (torch.randn(1, 2), torch.tensor([[4.0]])),  # gate > 0, batch 1
+    ]
+    for args in (traced, *arms):
+        expected = original.gate_by_first_score(*args)
+        assert_identical(rewritten.gate_by_first_score(*args), expected)
+        assert_identical(program.module()(*args), expected)
+
+
+def test_listed_comparison_of_an_item_is_a_symbool_predicate_in_both_arms():
+    original, rewritten = _listed_original_and_rewritten()
+    before, after = original.ToyPadder(), rewritten.ToyPadder()
+    limit = 3
+    traced = (torch.randn(2, 3, generator=torch.Generator().manual_seed(2)), torch.tensor([[1, 0, 1], [0, 0, 0]]))
+    program = _export(_Call(after.scale_by_count, limit), traced)
+    assert _conds(program) == 1
+    arms = [
+        (torch.randn(3, 2), torch.ones(3, 2, dtype=torch.long)),  # count 6 >= limit: the input, cloned
+        (torch.randn(1, 4), torch.tensor([[0, 1, 0, 0]])),  # count 1 < limit
+    ]
+    for args in (traced, *arms):
+        expected = before.scale_by_count(*args, limit)
+        assert_identical(after.scale_by_count(*args, limit), expected)
+        assert_identical(program.module()(*args), expected)

@@ -254,3 +254,10 @@ print(type(llama).__module__, type(bert).__module__)
     result = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == ["gen.llama.modeling_llama", "transformers.models.bert.modeling_bert"]
+
+
+def test_the_cache_key_covers_the_committed_cond_targets():
+    from codemods.cond_branches import TARGETS_FILE
+    from exportsmith.content_cache import rendering_files
+
+    assert TARGETS_FILE in [path for _, path in rendering_files()]  # a new site re-renders what it may change

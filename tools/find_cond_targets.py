@@ -6,9 +6,11 @@
 For each model type, in its own process: build the tiny original (`verify.check.build_pair`), export each of its
 programs like `exportsmith verify` does, and on a data-dependent error (`GuardOnDataDependentSymNode` and friends)
 take the innermost transformers frame (`verify.errors.user_location`) and the `if`/`elif` whose test holds that line.
-Sites found are merged into the targets file (one entry per file and line, sorted; earlier entries are kept), with
-the model type that hit it and the error's first line. A model that exports, fails for another reason, or fails
-outside an `if` test is reported on stderr and recorded nowhere.
+Sites found are merged into the targets file, keyed so that they survive line shifts: the module's path in the
+transformers package, the qualname of the function that holds the `if` (`Class.method`, nested names dotted) and
+the test written on one line (`cond_branches.site_test`); the line is informative only. One entry per key, sorted;
+earlier entries are kept; each names the model type that hit it and the error's first line. A model that exports,
+fails for another reason, or fails outside an `if` test is reported on stderr and recorded nowhere.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import json, sys
 import generated  # registers transformers' Cache classes as pytree nodes, so the failures left are the model's own
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
+from codemods.cond_branches import site_test
 from exportsmith.discover import find_transformers
 from exportsmith.verify.check import build_pair, export_program, programs_for, varying_dims
 from exportsmith.verify.errors import first_line, user_location
@@ -42,16 +45,34 @@ def data_dependent(error):
         error = error.__cause__ or error.__context__
     return False
 
+class EnclosingIf(cst.CSTVisitor):
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self, line):
+        self.line, self.scopes, self.found = line, [], None
+
+    def visit_ClassDef(self, node):
+        self.scopes.append(node.name.value)
+
+    def leave_ClassDef(self, node):
+        self.scopes.pop()
+
+    def visit_FunctionDef(self, node):
+        self.scopes.append(node.name.value)
+
+    def leave_FunctionDef(self, node):
+        self.scopes.pop()
+
+    def visit_If(self, node):
+        test = self.get_metadata(PositionProvider, node.test)
+        if test.start.line <= self.line <= test.end.line:  # the innermost such `if` is visited last
+            line = self.get_metadata(PositionProvider, node).start.line
+            self.found = (line, ".".join(self.scopes), site_test(node.test))
+
 def enclosing_if(path, line):
-    tree = MetadataWrapper(cst.parse_module(path.read_text(encoding="utf-8")))
-    positions = tree.resolve(PositionProvider)
-    best = None
-    for node, position in positions.items():
-        if isinstance(node, cst.If):
-            test = positions[node.test]
-            if test.start.line <= line <= test.end.line:
-                best = (position.start.line, " ".join(cst.Module(body=[]).code_for_node(node.test).split()))
-    return best
+    visitor = EnclosingIf(line)
+    MetadataWrapper(cst.parse_module(path.read_text(encoding="utf-8"))).visit(visitor)
+    return visitor.found
 
 model_type = sys.argv[1]
 tf = find_transformers()
@@ -67,7 +88,7 @@ for program in programs_for(original):
             relpath, line = location.removeprefix("transformers/").rsplit(":", 1)
             found = enclosing_if(tf.root / relpath, int(line))
             if found:
-                result.update(file=relpath, line=found[0], test=found[1])
+                result.update(file=relpath, line=found[0], function=found[1], test=found[2])
         print(json.dumps(result))
         break
 else:
@@ -81,7 +102,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=300.0)
     args = parser.parse_args()
     targets = json.loads(TARGETS.read_text()) if TARGETS.exists() else {"sites": []}
-    sites = {(site["file"], site["line"]): site for site in targets["sites"]}
+    sites = {(site["file"], site["function"], site["test"]): site for site in targets["sites"]}
     for model_type in args.models:
         try:
             child = subprocess.run(
@@ -101,8 +122,9 @@ def main() -> int:
             continue
         result = json.loads(lines[-1])
         if "file" in result:
-            key = (result["file"], result["line"])
-            sites.setdefault(key, {k: result[k] for k in ("file", "line", "test", "model_type", "error")})
+            key = (result["file"], result["function"], result["test"])
+            fields = ("file", "function", "test", "line", "model_type", "error")
+            sites.setdefault(key, {k: result[k] for k in fields})
             print(f"{model_type}: site {result['file']}:{result['line']}: if {result['test']}", file=sys.stderr)
         elif result.get("exported"):
             print(f"{model_type}: exports", file=sys.stderr)

@@ -30,17 +30,25 @@ def default_directory() -> Path:
 NOT_RENDERING = ("verify", "cli.py", "__main__.py")
 
 
+def rendering_files() -> list[tuple[str, Path]]:
+    """(name, path) of every file that renders: exportsmith's engine, the codemods and their data files
+    (cond_targets.json), in a fixed order."""
+    files = []
+    for package in (Path(__file__).parent, Path(codemods.__file__).parent):
+        for path in sorted([*package.rglob("*.py"), *package.rglob("*.json")]):
+            if path.relative_to(package).parts[0] not in NOT_RENDERING:
+                files.append((path.relative_to(package).as_posix(), path))
+    return files
+
+
 @cache
 def tool_fingerprint() -> str:
     """A digest of the source that renders (exportsmith's engine and the codemods): any change to it changes every
     key."""
     digest = hashlib.sha256(__version__.encode())
-    for package in (Path(__file__).parent, Path(codemods.__file__).parent):
-        for path in sorted(package.rglob("*.py")):
-            if path.relative_to(package).parts[0] in NOT_RENDERING:
-                continue
-            digest.update(path.relative_to(package).as_posix().encode())
-            digest.update(path.read_bytes())
+    for name, path in rendering_files():
+        digest.update(name.encode())
+        digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
