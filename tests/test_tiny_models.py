@@ -939,3 +939,14 @@ def test_csm_audio_ends_after_the_codec_frame_its_placeholder_stands_for():
     assert inputs["input_values_cutoffs"].tolist() == [[int(codec.sampling_rate / codec.frame_rate)]] * 2
     with torch.no_grad():
         model(**inputs)
+
+
+def test_a_video_only_model_gets_clips_and_one_video_placeholder_per_feature():
+    _, cls = model_class("instructblipvideo")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("instructblipvideo")))
+    inputs = dummy_inputs(model)
+    frames = inputs["pixel_values"].shape[1]
+    placeholders = (inputs["input_ids"] == model.config.video_token_id).sum(-1)
+    assert placeholders.tolist() == [frames * model.config.num_query_tokens] * 2
+    with torch.no_grad():
+        model(**inputs)

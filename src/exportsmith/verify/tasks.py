@@ -866,6 +866,9 @@ MODALITIES = (
 )
 
 
+VIDEO_MODALITY = Modality(("video_token_id", "video_token_index"), (), (), "get_video_features", ("pixel_values",))
+
+
 # Layout models whose boxes are fractions of the page (UDOP scales them by its 2D position table), not 0..1000.
 NORMALIZED_BOXES = ("udop",)
 
@@ -891,6 +894,13 @@ def text_inputs(
     input_ids = random_tokens(vocab(config), (rows, shape.text_length) + code_channels(config), generator)
     token_types = torch.zeros_like(input_ids)
     for kind, modality in enumerate(MODALITIES, start=1):
+        if (
+            modality is MODALITIES[0]
+            and not hasattr(model, "get_image_features")
+            and hasattr(model, "get_video_features")
+        ):
+            # a video-only model (InstructBLIP-Video): its clips in pixel_values stand for video placeholders
+            modality = VIDEO_MODALITY
         placeholder = token_id(config, *modality.placeholder)
         owner = feature_owner(model, modality.features)
         if not set(modality.media) & set(media) or placeholder is None:

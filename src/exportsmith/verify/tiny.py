@@ -261,6 +261,8 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     # The image placeholder is left unset (the processor sets it) but the model looks for it in input_ids.
     "blip-2": {"image_token_index": SPECIAL_IDS - 1},
     "instructblip": {"image_token_index": SPECIAL_IDS - 1},
+    # (its 4 frames x 32 queries would overrun the 128 positions of the tiny text model: 8 queries)
+    "instructblipvideo": {"video_token_index": SPECIAL_IDS - 1, "num_query_tokens": 8},
     # Five vision layers (counted from both ends of a 24-layer tower) feed its projector: five of the tiny tower's.
     "vipllava": {"vision_feature_layers": [-2, -3, -1, -2, 1]},
     # Its cache has one slot per layer call: num_layers_per_stack (1) x H_cycles (2) x (L_cycles (3) + 1).
