@@ -950,3 +950,12 @@ def test_a_video_only_model_gets_clips_and_one_video_placeholder_per_feature():
     assert placeholders.tolist() == [frames * model.config.num_query_tokens] * 2
     with torch.no_grad():
         model(**inputs)
+
+
+def test_packed_flat_patches_have_no_batch_axis():
+    _, cls = model_class("neomme")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("neomme")))
+    inputs = dummy_inputs(model)
+    assert inputs["pixel_values"].shape == (2 * (32 // 4) ** 2, 3 * 4 * 4)
+    with torch.no_grad():
+        model(**inputs)

@@ -634,7 +634,10 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
         return {"pixel_values": torch.randn((count, frames, patch, patch, channels), generator=generator)}
     flat = FLAT_PATCH_INPUTS & parameters or config.model_type in FLAT_PATCH_TOWERS
     if patch and flat and embeds_flat_patches(model, channels * patch * patch):
-        return flat_patch_inputs(parameters, batch, channels, patch, height // patch, width // patch, generator)
+        inputs = flat_patch_inputs(parameters, batch, channels, patch, height // patch, width // patch, generator)
+        if config.model_type in PACKED_FLAT_PATCHES:  # every image's patches one after the other, no batch axis
+            inputs["pixel_values"] = inputs["pixel_values"].flatten(0, 1)
+        return inputs
     if "prompt_masks" in parameters:  # SegGPT: image and prompt (with its mask), each half the canvas they make up
         canvas = (batch, channels, height // 2, width)
         return {
@@ -699,7 +702,9 @@ FRAMES_IN_BATCH = ("xclip_vision_model",)
 # Inputs that come with flattened patches (a model that patchifies images itself, RADIO, has none of them).
 FLAT_PATCH_INPUTS = {"spatial_shapes", "image_patches", "pixel_position_ids"}
 # Towers that take flattened patches without such an input (they are square grids).
-FLAT_PATCH_TOWERS = ("molmo2_vision",)
+FLAT_PATCH_TOWERS = ("molmo2_vision", "neomme")
+# ... of which these take all images' patches packed, (patches, channels x patch x patch).
+PACKED_FLAT_PATCHES = ("neomme",)
 
 
 def embeds_flat_patches(model: torch.nn.Module, patch_features: int) -> bool:
