@@ -446,6 +446,9 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "qwen2_5_omni_dit": {"enc_channels": [16, 16, 16, 16, 48]},
     # TVP pads its frames (of its largest size: see tasks.IMAGE_SIZES) with a learned frame of visual_prompt_size.
     "tvp": {"max_img_size": 2 * IMAGE_SIZE, "visual_prompt_size": PATCH_SIZE},
+    # LW-DETR's projector scales (none by default, so no feature level at all): one level at the backbone's stride,
+    # as its small checkpoints.
+    "lw_detr": {"projector_scale_factors": [1.0]},
     # Codecs that quantize the acoustic and semantic features side by side (two tiny widths), whose rotary
     # attention applies to keys of every head (multi-head only).
     "xcodec2": {"quantization_dim": 2 * HIDDEN_SIZE, "num_key_value_heads": NUM_HEADS},
