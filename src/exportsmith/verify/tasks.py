@@ -370,6 +370,10 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         inputs["num_options"] = torch.full((1, questions), 2)
         inputs["question_type_ids"] = torch.zeros((1, questions), dtype=torch.long)
         inputs["input_ids"] = inputs["input_ids"][:1]
+    if "last_hidden_state" in parameters and main == "input_ids":
+        # a depth decoder (Moshi's) over a main decoder's states: one per token, of the main decoder's width
+        width = first_int(config, ("input_size",), 64)
+        inputs["last_hidden_state"] = torch.randn((*inputs["input_ids"].shape[:2], width), generator=generator)
     if "input_values_cutoffs" in parameters and "input_values" in inputs:
         # where each sample's audio ends among its samples (CSM): one codec frame's worth, which its one audio
         # placeholder stands for

@@ -449,6 +449,8 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     # LW-DETR's projector scales (none by default, so no feature level at all): one level at the backbone's stride,
     # as its small checkpoints.
     "lw_detr": {"projector_scale_factors": [1.0]},
+    # Moshi's depth decoder reads the main decoder's states: the tiny width.
+    "moshi_depth": {"input_size": HIDDEN_SIZE},
     # Codecs that quantize the acoustic and semantic features side by side (two tiny widths), whose rotary
     # attention applies to keys of every head (multi-head only).
     "xcodec2": {"quantization_dim": 2 * HIDDEN_SIZE, "num_key_value_heads": NUM_HEADS},
