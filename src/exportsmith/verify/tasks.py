@@ -171,6 +171,8 @@ def required_parameters(model: torch.nn.Module) -> list[str]:
     return [parameter.name for parameter in signature if parameter.default is inspect.Parameter.empty]
 
 
+# Parts that take their container's time conditioning through **kwargs (not in their signature).
+TIME_CONDITIONED = ("voxtral_realtime_text",)
 # Parts whose container embeds their tokens (Qwen3-Omni's talker and its code predictor sum codec, text and
 # hidden-state embeddings first): they take `inputs_embeds`, their `input_ids` are refused or never embedded.
 EMBEDDED_BY_CONTAINER = ("qwen3_omni_moe_talker_text", "qwen3_omni_moe_talker_code_predictor")
@@ -370,6 +372,10 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         inputs["num_options"] = torch.full((1, questions), 2)
         inputs["question_type_ids"] = torch.zeros((1, questions), dtype=torch.long)
         inputs["input_ids"] = inputs["input_ids"][:1]
+    if config.model_type in TIME_CONDITIONED:
+        # the text model of Voxtral Realtime, on its own: the container's embedding of the delay (in tokens) that
+        # its layers' adaptive norms take as `t_cond`, broadcast over the batch
+        inputs["t_cond"] = torch.randn((1, config.hidden_size), generator=generator)
     if "last_hidden_state" in parameters and main == "input_ids":
         # a depth decoder (Moshi's) over a main decoder's states: one per token, of the main decoder's width
         width = first_int(config, ("input_size",), 64)
