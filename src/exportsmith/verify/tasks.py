@@ -372,6 +372,15 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         inputs["num_options"] = torch.full((1, questions), 2)
         inputs["question_type_ids"] = torch.zeros((1, questions), dtype=torch.long)
         inputs["input_ids"] = inputs["input_ids"][:1]
+    if {"context_input_ids", "context_attention_mask", "doc_scores"} <= parameters:
+        # retrieval-augmented generation without a retriever (RAG): the retrieved documents, each joined to its
+        # question as the generator's input, and their retrieval scores
+        docs = config.n_docs
+        generator_vocab = first_int(sub_config(config, "generator"), ("vocab_size",), 128)
+        rows = (shape.batch * docs, shape.text_length)
+        inputs["context_input_ids"] = random_tokens(generator_vocab, rows, generator)
+        inputs["context_attention_mask"] = torch.ones(rows, dtype=torch.long)
+        inputs["doc_scores"] = torch.randn((shape.batch, docs), generator=generator)
     if config.model_type in TIME_CONDITIONED:
         # the text model of Voxtral Realtime, on its own: the container's embedding of the delay (in tokens) that
         # its layers' adaptive norms take as `t_cond`, broadcast over the batch
