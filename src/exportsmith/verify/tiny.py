@@ -439,7 +439,13 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
         "image_token_offset": VOCAB_SIZE // 2,
         "audio_token_offset": VOCAB_SIZE // 2 + VOCAB_SIZE,
     },
-    "qwen3_omni_moe_thinker": {"vision_start_token_id": SPECIAL_IDS - 2},
+    # (with end tokens after the image and audio placeholders: its rope index steps over a start, the block and an
+    # end)
+    "qwen3_omni_moe_thinker": {
+        "vision_start_token_id": SPECIAL_IDS - 2,
+        "vision_end_token_id": SPECIAL_IDS - 3,
+        "audio_end_token_id": SPECIAL_IDS - 4,
+    },
     "pp_ocrv5_server_det": {"intraclass_block_config": INTRACLASS_BLOCK},
     "pp_ocrv6_medium_det": {"intraclass_block_config": INTRACLASS_BLOCK},
     # The DiT's speaker encoder (ECAPA-TDNN) aggregates its three middle blocks' channels into the last one's.
