@@ -959,3 +959,20 @@ def test_packed_flat_patches_have_no_batch_axis():
     assert inputs["pixel_values"].shape == (2 * (32 // 4) ** 2, 3 * 4 * 4)
     with torch.no_grad():
         model(**inputs)
+
+
+def test_molmo_2_gets_each_image_s_patches_pooled_into_its_tokens():
+    _, cls = model_class("molmo2")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("molmo2")))
+    inputs = dummy_inputs(model)
+    pooling, grids = inputs["image_token_pooling"], inputs["image_grids"]
+    # every patch of every crop pooled once, by one of the 4 x 4 tokens of its image
+    assert sorted(pooling.flatten().tolist()) == list(range(inputs["pixel_values"].shape[:2].numel()))
+    assert grids.tolist() == [[4, 4, 0, 0]] * 2
+    with torch.no_grad():
+        model(**inputs)
+
+
+@pytest.mark.parametrize("model_type", ["rag", "moshi_depth", "voxtral_realtime_text", "qwen3_omni_moe_thinker"])
+def test_inputs_a_container_or_a_retriever_would_give(model_type):
+    assert check_eager(model_type)["status"] == "ok"

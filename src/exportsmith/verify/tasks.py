@@ -290,6 +290,8 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         inputs[main] = torch.randn((shape.batch, AUDIO_FRAMES, bins), generator=generator)
     elif wants_images:
         inputs.update(image_inputs(model, config, parameters, shape, generator))
+    if "image_token_pooling" in parameters and "pixel_values" in inputs:
+        inputs.update(pooled_crop_inputs(inputs["pixel_values"]))
     if "high_res_pixel_values" in parameters and "pixel_values" in inputs:
         # DeepSeek-VL hybrid: the same images for its high-resolution tower too, at that tower's size
         channels, height, width = image_size(sub_config(config, "high_res_vision_config"))
@@ -417,6 +419,22 @@ def accepts_none(model: torch.nn.Module, name: str) -> bool:
 # Main inputs that are a sequence of vectors of the model's width, (batch, length, width): a stack's embeddings, a
 # Q-Former's queries, a perceiver resampler's context.
 EMBEDDING_INPUTS = ("hidden_states", "inputs_embeds", "query_embeds", "context")
+
+
+def pooled_crop_inputs(pixel_values: torch.Tensor, pool: int = 2) -> dict:
+    """Molmo 2's pooling of each image (one crop of a square patch grid) into one text token per pool x pool patches:
+    the patches (indices into every crop's patches, flattened) each token pools, and each image's grid of tokens
+    (rows and columns of its high-resolution crops, then of its low-resolution one: none)."""
+    images, patches = pixel_values.shape[:2]
+    side = int(patches**0.5)
+    tokens = side // pool
+    row, column = torch.meshgrid(torch.arange(tokens), torch.arange(tokens), indexing="ij")
+    offset_row, offset_column = torch.meshgrid(torch.arange(pool), torch.arange(pool), indexing="ij")
+    rows = (row.reshape(-1, 1) * pool + offset_row.reshape(1, -1)) * side
+    within = rows + column.reshape(-1, 1) * pool + offset_column.reshape(1, -1)
+    pooling = torch.cat([within + image * patches for image in range(images)])
+    grids = torch.tensor([[tokens, tokens, 0, 0]] * images)
+    return {"image_token_pooling": pooling, "image_grids": grids}
 
 
 def camera_prompt_inputs(vlm, shape: InputShape, generator: torch.Generator) -> dict:
@@ -721,7 +739,7 @@ FRAMES_IN_BATCH = ("xclip_vision_model",)
 # Inputs that come with flattened patches (a model that patchifies images itself, RADIO, has none of them).
 FLAT_PATCH_INPUTS = {"spatial_shapes", "image_patches", "pixel_position_ids"}
 # Towers that take flattened patches without such an input (they are square grids).
-FLAT_PATCH_TOWERS = ("molmo2_vision", "neomme")
+FLAT_PATCH_TOWERS = ("molmo2_vision", "molmo2", "neomme")
 # ... of which these take all images' patches packed, (patches, channels x patch x patch).
 PACKED_FLAT_PATCHES = ("neomme",)
 

@@ -465,6 +465,8 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "molmo2": {
         "vision_config.num_position_embeddings": (IMAGE_SIZE // PATCH_SIZE) ** 2,
         "adapter_config.vision_feature_layer": [-1, -2],
+        # its image placeholder (image_token_id) is stored as `image_patch_id`, a name the token-id rule misses
+        "image_patch_id": SPECIAL_IDS - 1,
     },
     # ESMFold 2's language model is an ESMC, whose validator refuses grouped-query attention; its atom encoders'
     # 3-D rotary embedding packs 3 x 2 spatial + 10 id frequency pairs into half a head: heads of 32.
