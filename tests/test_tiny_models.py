@@ -976,3 +976,9 @@ def test_molmo_2_gets_each_image_s_patches_pooled_into_its_tokens():
 @pytest.mark.parametrize("model_type", ["rag", "moshi_depth", "voxtral_realtime_text", "qwen3_omni_moe_thinker"])
 def test_inputs_a_container_or_a_retriever_would_give(model_type):
     assert check_eager(model_type)["status"] == "ok"
+
+
+def test_uvdoc_s_backbone_returns_every_bridge_stage_its_connector_concatenates():
+    config = tiny_config("uvdoc")
+    assert config.backbone_config.out_indices == [1, 2, 3, 4, 5, 6]
+    assert check_eager("uvdoc")["status"] == "ok"

@@ -635,6 +635,8 @@ def vision_config(config):
 IMAGE_SIZES = {
     # TVP's ResNet halves a frame five times, then max-pools: 64 leaves it a 2 x 2 map
     "tvp": (64, 64),
+    # UVDoc's dilated bridge convolutions reflect-pad by 2 its feature map, stride 16: at least 4 x 4
+    "uvdoc": (64, 64),
     "pp_ocrv5_mobile_rec": (96, 64),
     "pp_ocrv5_server_rec": (96, 64),
     "pp_ocrv6_small_rec": (96, 64),

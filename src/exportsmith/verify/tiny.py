@@ -457,6 +457,9 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "lw_detr": {"projector_scale_factors": [1.0]},
     # Moshi's depth decoder reads the main decoder's states: the tiny width.
     "moshi_depth": {"input_size": HIDDEN_SIZE},
+    # UVDoc's bridge connector takes every bridge stage's output, concatenated: its backbone returns all six (the
+    # default returns only the last, which the default model cannot run either).
+    "uvdoc": {"backbone_config.out_indices": [1, 2, 3, 4, 5, 6]},
     # Codecs that quantize the acoustic and semantic features side by side (two tiny widths), whose rotary
     # attention applies to keys of every head (multi-head only).
     "xcodec2": {"quantization_dim": 2 * HIDDEN_SIZE, "num_key_value_heads": NUM_HEADS},
