@@ -982,3 +982,8 @@ def test_uvdoc_s_backbone_returns_every_bridge_stage_its_connector_concatenates(
     config = tiny_config("uvdoc")
     assert config.backbone_config.out_indices == [1, 2, 3, 4, 5, 6]
     assert check_eager("uvdoc")["status"] == "ok"
+
+
+def test_pp_doclayout_v3_s_mask_head_reads_the_tiny_backbone_s_first_stage():
+    config = tiny_config("pp_doclayout_v3")
+    assert config.x4_feat_dim == config.backbone_config.hidden_sizes[0]

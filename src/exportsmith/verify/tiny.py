@@ -460,6 +460,8 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     # UVDoc's bridge connector takes every bridge stage's output, concatenated: its backbone returns all six (the
     # default returns only the last, which the default model cannot run either).
     "uvdoc": {"backbone_config.out_indices": [1, 2, 3, 4, 5, 6]},
+    # PP-DocLayout V3's mask head reads the backbone's stride-4 map: the tiny backbone's first stage width (8).
+    "pp_doclayout_v3": {"x4_feat_dim": 8},
     # Codecs that quantize the acoustic and semantic features side by side (two tiny widths), whose rotary
     # attention applies to keys of every head (multi-head only).
     "xcodec2": {"quantization_dim": 2 * HIDDEN_SIZE, "num_key_value_heads": NUM_HEADS},
