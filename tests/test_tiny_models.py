@@ -939,3 +939,51 @@ def test_csm_audio_ends_after_the_codec_frame_its_placeholder_stands_for():
     assert inputs["input_values_cutoffs"].tolist() == [[int(codec.sampling_rate / codec.frame_rate)]] * 2
     with torch.no_grad():
         model(**inputs)
+
+
+def test_a_video_only_model_gets_clips_and_one_video_placeholder_per_feature():
+    _, cls = model_class("instructblipvideo")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("instructblipvideo")))
+    inputs = dummy_inputs(model)
+    frames = inputs["pixel_values"].shape[1]
+    placeholders = (inputs["input_ids"] == model.config.video_token_id).sum(-1)
+    assert placeholders.tolist() == [frames * model.config.num_query_tokens] * 2
+    with torch.no_grad():
+        model(**inputs)
+
+
+def test_packed_flat_patches_have_no_batch_axis():
+    _, cls = model_class("neomme")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("neomme")))
+    inputs = dummy_inputs(model)
+    assert inputs["pixel_values"].shape == (2 * (32 // 4) ** 2, 3 * 4 * 4)
+    with torch.no_grad():
+        model(**inputs)
+
+
+def test_molmo_2_gets_each_image_s_patches_pooled_into_its_tokens():
+    _, cls = model_class("molmo2")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("molmo2")))
+    inputs = dummy_inputs(model)
+    pooling, grids = inputs["image_token_pooling"], inputs["image_grids"]
+    # every patch of every crop pooled once, by one of the 4 x 4 tokens of its image
+    assert sorted(pooling.flatten().tolist()) == list(range(inputs["pixel_values"].shape[:2].numel()))
+    assert grids.tolist() == [[4, 4, 0, 0]] * 2
+    with torch.no_grad():
+        model(**inputs)
+
+
+@pytest.mark.parametrize("model_type", ["rag", "moshi_depth", "voxtral_realtime_text", "qwen3_omni_moe_thinker"])
+def test_inputs_a_container_or_a_retriever_would_give(model_type):
+    assert check_eager(model_type)["status"] == "ok"
+
+
+def test_uvdoc_s_backbone_returns_every_bridge_stage_its_connector_concatenates():
+    config = tiny_config("uvdoc")
+    assert config.backbone_config.out_indices == [1, 2, 3, 4, 5, 6]
+    assert check_eager("uvdoc")["status"] == "ok"
+
+
+def test_pp_doclayout_v3_s_mask_head_reads_the_tiny_backbone_s_first_stage():
+    config = tiny_config("pp_doclayout_v3")
+    assert config.x4_feat_dim == config.backbone_config.hidden_sizes[0]

@@ -171,6 +171,8 @@ def required_parameters(model: torch.nn.Module) -> list[str]:
     return [parameter.name for parameter in signature if parameter.default is inspect.Parameter.empty]
 
 
+# Parts that take their container's time conditioning through **kwargs (not in their signature).
+TIME_CONDITIONED = ("voxtral_realtime_text",)
 # Parts whose container embeds their tokens (Qwen3-Omni's talker and its code predictor sum codec, text and
 # hidden-state embeddings first): they take `inputs_embeds`, their `input_ids` are refused or never embedded.
 EMBEDDED_BY_CONTAINER = ("qwen3_omni_moe_talker_text", "qwen3_omni_moe_talker_code_predictor")
@@ -288,6 +290,8 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         inputs[main] = torch.randn((shape.batch, AUDIO_FRAMES, bins), generator=generator)
     elif wants_images:
         inputs.update(image_inputs(model, config, parameters, shape, generator))
+    if "image_token_pooling" in parameters and "pixel_values" in inputs:
+        inputs.update(pooled_crop_inputs(inputs["pixel_values"]))
     if "high_res_pixel_values" in parameters and "pixel_values" in inputs:
         # DeepSeek-VL hybrid: the same images for its high-resolution tower too, at that tower's size
         channels, height, width = image_size(sub_config(config, "high_res_vision_config"))
@@ -370,6 +374,23 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         inputs["num_options"] = torch.full((1, questions), 2)
         inputs["question_type_ids"] = torch.zeros((1, questions), dtype=torch.long)
         inputs["input_ids"] = inputs["input_ids"][:1]
+    if {"context_input_ids", "context_attention_mask", "doc_scores"} <= parameters:
+        # retrieval-augmented generation without a retriever (RAG): the retrieved documents, each joined to its
+        # question as the generator's input, and their retrieval scores
+        docs = config.n_docs
+        generator_vocab = first_int(sub_config(config, "generator"), ("vocab_size",), 128)
+        rows = (shape.batch * docs, shape.text_length)
+        inputs["context_input_ids"] = random_tokens(generator_vocab, rows, generator)
+        inputs["context_attention_mask"] = torch.ones(rows, dtype=torch.long)
+        inputs["doc_scores"] = torch.randn((shape.batch, docs), generator=generator)
+    if config.model_type in TIME_CONDITIONED:
+        # the text model of Voxtral Realtime, on its own: the container's embedding of the delay (in tokens) that
+        # its layers' adaptive norms take as `t_cond`, broadcast over the batch
+        inputs["t_cond"] = torch.randn((1, config.hidden_size), generator=generator)
+    if "last_hidden_state" in parameters and main == "input_ids":
+        # a depth decoder (Moshi's) over a main decoder's states: one per token, of the main decoder's width
+        width = first_int(config, ("input_size",), 64)
+        inputs["last_hidden_state"] = torch.randn((*inputs["input_ids"].shape[:2], width), generator=generator)
     if "input_values_cutoffs" in parameters and "input_values" in inputs:
         # where each sample's audio ends among its samples (CSM): one codec frame's worth, which its one audio
         # placeholder stands for
@@ -398,6 +419,22 @@ def accepts_none(model: torch.nn.Module, name: str) -> bool:
 # Main inputs that are a sequence of vectors of the model's width, (batch, length, width): a stack's embeddings, a
 # Q-Former's queries, a perceiver resampler's context.
 EMBEDDING_INPUTS = ("hidden_states", "inputs_embeds", "query_embeds", "context")
+
+
+def pooled_crop_inputs(pixel_values: torch.Tensor, pool: int = 2) -> dict:
+    """Molmo 2's pooling of each image (one crop of a square patch grid) into one text token per pool x pool patches:
+    the patches (indices into every crop's patches, flattened) each token pools, and each image's grid of tokens
+    (rows and columns of its high-resolution crops, then of its low-resolution one: none)."""
+    images, patches = pixel_values.shape[:2]
+    side = int(patches**0.5)
+    tokens = side // pool
+    row, column = torch.meshgrid(torch.arange(tokens), torch.arange(tokens), indexing="ij")
+    offset_row, offset_column = torch.meshgrid(torch.arange(pool), torch.arange(pool), indexing="ij")
+    rows = (row.reshape(-1, 1) * pool + offset_row.reshape(1, -1)) * side
+    within = rows + column.reshape(-1, 1) * pool + offset_column.reshape(1, -1)
+    pooling = torch.cat([within + image * patches for image in range(images)])
+    grids = torch.tensor([[tokens, tokens, 0, 0]] * images)
+    return {"image_token_pooling": pooling, "image_grids": grids}
 
 
 def camera_prompt_inputs(vlm, shape: InputShape, generator: torch.Generator) -> dict:
@@ -598,6 +635,8 @@ def vision_config(config):
 IMAGE_SIZES = {
     # TVP's ResNet halves a frame five times, then max-pools: 64 leaves it a 2 x 2 map
     "tvp": (64, 64),
+    # UVDoc's dilated bridge convolutions reflect-pad by 2 its feature map, stride 16: at least 4 x 4
+    "uvdoc": (64, 64),
     "pp_ocrv5_mobile_rec": (96, 64),
     "pp_ocrv5_server_rec": (96, 64),
     "pp_ocrv6_small_rec": (96, 64),
@@ -634,7 +673,10 @@ def image_inputs(model, config, parameters: set[str], shape: InputShape, generat
         return {"pixel_values": torch.randn((count, frames, patch, patch, channels), generator=generator)}
     flat = FLAT_PATCH_INPUTS & parameters or config.model_type in FLAT_PATCH_TOWERS
     if patch and flat and embeds_flat_patches(model, channels * patch * patch):
-        return flat_patch_inputs(parameters, batch, channels, patch, height // patch, width // patch, generator)
+        inputs = flat_patch_inputs(parameters, batch, channels, patch, height // patch, width // patch, generator)
+        if config.model_type in PACKED_FLAT_PATCHES:  # every image's patches one after the other, no batch axis
+            inputs["pixel_values"] = inputs["pixel_values"].flatten(0, 1)
+        return inputs
     if "prompt_masks" in parameters:  # SegGPT: image and prompt (with its mask), each half the canvas they make up
         canvas = (batch, channels, height // 2, width)
         return {
@@ -699,7 +741,9 @@ FRAMES_IN_BATCH = ("xclip_vision_model",)
 # Inputs that come with flattened patches (a model that patchifies images itself, RADIO, has none of them).
 FLAT_PATCH_INPUTS = {"spatial_shapes", "image_patches", "pixel_position_ids"}
 # Towers that take flattened patches without such an input (they are square grids).
-FLAT_PATCH_TOWERS = ("molmo2_vision",)
+FLAT_PATCH_TOWERS = ("molmo2_vision", "molmo2", "neomme")
+# ... of which these take all images' patches packed, (patches, channels x patch x patch).
+PACKED_FLAT_PATCHES = ("neomme",)
 
 
 def embeds_flat_patches(model: torch.nn.Module, patch_features: int) -> bool:
@@ -866,6 +910,9 @@ MODALITIES = (
 )
 
 
+VIDEO_MODALITY = Modality(("video_token_id", "video_token_index"), (), (), "get_video_features", ("pixel_values",))
+
+
 # Layout models whose boxes are fractions of the page (UDOP scales them by its 2D position table), not 0..1000.
 NORMALIZED_BOXES = ("udop",)
 
@@ -891,6 +938,13 @@ def text_inputs(
     input_ids = random_tokens(vocab(config), (rows, shape.text_length) + code_channels(config), generator)
     token_types = torch.zeros_like(input_ids)
     for kind, modality in enumerate(MODALITIES, start=1):
+        if (
+            modality is MODALITIES[0]
+            and not hasattr(model, "get_image_features")
+            and hasattr(model, "get_video_features")
+        ):
+            # a video-only model (InstructBLIP-Video): its clips in pixel_values stand for video placeholders
+            modality = VIDEO_MODALITY
         placeholder = token_id(config, *modality.placeholder)
         owner = feature_owner(model, modality.features)
         if not set(modality.media) & set(media) or placeholder is None:

@@ -261,6 +261,8 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     # The image placeholder is left unset (the processor sets it) but the model looks for it in input_ids.
     "blip-2": {"image_token_index": SPECIAL_IDS - 1},
     "instructblip": {"image_token_index": SPECIAL_IDS - 1},
+    # (its 4 frames x 32 queries would overrun the 128 positions of the tiny text model: 8 queries)
+    "instructblipvideo": {"video_token_index": SPECIAL_IDS - 1, "num_query_tokens": 8},
     # Five vision layers (counted from both ends of a 24-layer tower) feed its projector: five of the tiny tower's.
     "vipllava": {"vision_feature_layers": [-2, -3, -1, -2, 1]},
     # Its cache has one slot per layer call: num_layers_per_stack (1) x H_cycles (2) x (L_cycles (3) + 1).
@@ -437,13 +439,29 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
         "image_token_offset": VOCAB_SIZE // 2,
         "audio_token_offset": VOCAB_SIZE // 2 + VOCAB_SIZE,
     },
-    "qwen3_omni_moe_thinker": {"vision_start_token_id": SPECIAL_IDS - 2},
+    # (with end tokens after the image and audio placeholders: its rope index steps over a start, the block and an
+    # end)
+    "qwen3_omni_moe_thinker": {
+        "vision_start_token_id": SPECIAL_IDS - 2,
+        "vision_end_token_id": SPECIAL_IDS - 3,
+        "audio_end_token_id": SPECIAL_IDS - 4,
+    },
     "pp_ocrv5_server_det": {"intraclass_block_config": INTRACLASS_BLOCK},
     "pp_ocrv6_medium_det": {"intraclass_block_config": INTRACLASS_BLOCK},
     # The DiT's speaker encoder (ECAPA-TDNN) aggregates its three middle blocks' channels into the last one's.
     "qwen2_5_omni_dit": {"enc_channels": [16, 16, 16, 16, 48]},
     # TVP pads its frames (of its largest size: see tasks.IMAGE_SIZES) with a learned frame of visual_prompt_size.
     "tvp": {"max_img_size": 2 * IMAGE_SIZE, "visual_prompt_size": PATCH_SIZE},
+    # LW-DETR's projector scales (none by default, so no feature level at all): one level at the backbone's stride,
+    # as its small checkpoints.
+    "lw_detr": {"projector_scale_factors": [1.0]},
+    # Moshi's depth decoder reads the main decoder's states: the tiny width.
+    "moshi_depth": {"input_size": HIDDEN_SIZE},
+    # UVDoc's bridge connector takes every bridge stage's output, concatenated: its backbone returns all six (the
+    # default returns only the last, which the default model cannot run either).
+    "uvdoc": {"backbone_config.out_indices": [1, 2, 3, 4, 5, 6]},
+    # PP-DocLayout V3's mask head reads the backbone's stride-4 map: the tiny backbone's first stage width (8).
+    "pp_doclayout_v3": {"x4_feat_dim": 8},
     # Codecs that quantize the acoustic and semantic features side by side (two tiny widths), whose rotary
     # attention applies to keys of every head (multi-head only).
     "xcodec2": {"quantization_dim": 2 * HIDDEN_SIZE, "num_key_value_heads": NUM_HEADS},
@@ -452,6 +470,8 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "molmo2": {
         "vision_config.num_position_embeddings": (IMAGE_SIZE // PATCH_SIZE) ** 2,
         "adapter_config.vision_feature_layer": [-1, -2],
+        # its image placeholder (image_token_id) is stored as `image_patch_id`, a name the token-id rule misses
+        "image_patch_id": SPECIAL_IDS - 1,
     },
     # ESMFold 2's language model is an ESMC, whose validator refuses grouped-query attention; its atom encoders'
     # 3-D rotary embedding packs 3 x 2 spatial + 10 id frequency pairs into half a head: heads of 32.
