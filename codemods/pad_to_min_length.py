@@ -35,6 +35,9 @@ PAD = "torch.nn.functional.pad"
 EXPORTING = m.Call(
     func=m.Attribute(value=m.Attribute(value=m.Name("torch"), attr=m.Name("compiler")), attr=m.Name("is_exporting"))
 )
+_PADS = m.MatchIfTrue(lambda name: name.endswith("pad"))
+# A call of something named `...pad`: the `if`s worth a finding when they are not the exact form
+PAD_CALL = m.Call(func=m.Name(value=_PADS) | m.Attribute(attr=m.Name(value=_PADS)))
 # Names the export arm binds: refused where the function already uses them
 EXPORT_NAMES = ("zeros", "kept_length")
 
@@ -86,7 +89,7 @@ def _is_pure(expr: cst.BaseExpression) -> bool:
 
 
 class _Candidates(cst.CSTVisitor):
-    """Every `if` whose test ends with `X.shape[-1] < K` and whose body calls a function, with the function it is in
+    """Every `if` whose test ends with `X.shape[-1] < K` and whose body calls a `...pad` function, with the function it is in
     (`Class.method`)."""
 
     def __init__(self) -> None:
@@ -116,7 +119,7 @@ class _Candidates(cst.CSTVisitor):
             id(node) not in self.rewritten
             and self.functions
             and _shorter_test(node.test) is not None
-            and m.findall(node.body, m.Call())
+            and m.findall(node.body, PAD_CALL)
         ):
             self.found.append((node, self.functions[-1], ".".join(self.scopes)))
 
