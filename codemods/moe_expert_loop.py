@@ -12,8 +12,9 @@ mask (experts first). The loop gets an export twin under `if torch.compiler.is_e
 visits every expert in the same ascending order; an expert that received no tokens has an all-zero row of `M`, so
 its `torch.where(M[V])` is empty and its `index_add_` adds nothing: the accumulation order of the experts that did
 receive tokens is the same, and the results are bit-identical. In the twin, `V` is adapted to what the body uses:
-- a body that starts with `V = V[0]` (`V` a 0-d tensor in eager) drops that statement: an int index gives the same
-  values as a 0-d index (`M[V]`, `self.down_proj[V]`, `self.experts[V]`, `if V == n: continue`);
+- a body that starts with `V = V[0]` (`V` a 0-d tensor in eager) drops that statement: torch indexes with a 0-d
+  integer tensor as with an int, also as one element of a multi-element index (`M[V]`, `self.down_proj[V]`,
+  `routing_weights[T, V, None]`), a ModuleList takes either, and `if V == n: continue` compares the same values;
 - otherwise `V` is a 1-element tensor in eager: `M[V]` and `self.<parameter>[V]` become `[V : V + 1]` (the same
   values and shape), `V[0]` becomes `V`, and `self.<module list>[V]` stays (a ModuleList takes the int).
 
@@ -21,9 +22,10 @@ What it refuses (left unchanged, reported): a body whose effect on an expert wit
 anything but assignments to plain names, `with torch.no_grad():` blocks of them, `if V == ...: continue` and
 `A.index_add_(0, T, ...)` where `T` comes from `torch.where(M[V]...)` in the body; a call to an in-place method
 (`x.add_(...)`) other than that `index_add_`; a name bound in the loop (or `V`) that the function uses outside it
-(its value after the loop would differ); any other use of `V` (`routing_weights[T, V, None]`: a multi-element index,
-whose meaning differs between an int and a tensor); a subscript by `V` of something that is neither `M` nor an
-`nn.Parameter`/`nn.ModuleList` the class assigns in `__init__`; a module that does not `import torch`.
+(its value after the loop would differ); any other use of `V` (a 1-element `V` in a multi-element index
+`routing_weights[T, V, None]` is an advanced index, which no int slice reproduces); a subscript `X[V]` of something
+that is neither `M` nor an `nn.Parameter`/`nn.ModuleList` the class assigns in `__init__` (a list, a dict, a
+buffer); a module that does not `import torch`.
 """
 
 from __future__ import annotations
@@ -252,7 +254,9 @@ class _Loop:
             raise _Refusal(f"`{self.var}` is used in `{_one_line(expr)}` other than as the only index")
 
     def _allowed_uses(self, expr: cst.BaseExpression) -> list[cst.Name]:
-        """The Name nodes of V inside `X[V]` (X the mask, a parameter or module list), or `V[0]` (a tensor V)."""
+        """The Name nodes of V inside `X[V]` (X the mask, a parameter or module list), `V[0]` (a tensor V), or one
+        element of a multi-element index `X[T, V, None]` (V unpacked: torch indexes with a 0-d integer tensor as with
+        an int, and only tensors take a multi-element index)."""
         allowed = []
         for sub in m.findall(expr, m.Subscript(slice=[m.SubscriptElement(slice=m.Index())])):
             index = sub.slice[0].slice.value
@@ -260,6 +264,13 @@ class _Loop:
                 allowed.append(index)
             elif not self.unpacks and m.matches(sub, _first(self.var)):
                 allowed.append(sub.value)
+        if self.unpacks:
+            for sub in m.findall(expr, m.Subscript(slice=[m.SubscriptElement(), m.AtLeastN(n=1)])):
+                allowed.extend(
+                    element.slice.value
+                    for element in sub.slice
+                    if m.matches(element, m.SubscriptElement(slice=m.Index(value=m.Name(self.var))))
+                )
         return allowed
 
     def _kind(self, value: cst.BaseExpression) -> str | None:
@@ -439,7 +450,7 @@ class _Rewriter(cst.CSTTransformer):
         parameters, module_lists = self.classes[-1] if self.classes else (frozenset(), frozenset())
         matched = _Loop(loop, mask, parameters, module_lists)
         function = self.functions[-1]
-        outside = [n for n in _outside(function.body, loop)]
+        outside = _outside(function, loop)
         try:
             if not self.imports_torch:
                 raise _Refusal("the module does not `import torch`")
@@ -469,11 +480,44 @@ class _Rewriter(cst.CSTTransformer):
         return self.twins.get(id(original_node), updated_node)
 
 
-def _outside(block: cst.CSTNode, loop: cst.For) -> list[cst.CSTNode]:
-    """The nodes of `block` that are not inside `loop` (the loop's own statement replaced by nothing)."""
+def _after(statements, loop: cst.For) -> list[cst.CSTNode] | None:
+    """What can run after `loop` among `statements` (None when the loop is not among them): the statements that
+    follow it in its block and in every block around it, and a whole loop or `try` around it (which can run again
+    or jump). The other arms of an `if` around it cannot run after it."""
+    for index, stmt in enumerate(statements):
+        if stmt is loop:
+            return list(statements[index + 1 :])
+        for suite in _suites(stmt):
+            inner = _after(suite, loop)
+            if inner is not None:
+                again = [stmt] if isinstance(stmt, (cst.For, cst.While, cst.Try)) else []
+                return inner + again + list(statements[index + 1 :])
+    return None
 
-    class _Strip(cst.CSTTransformer):
-        def leave_For(self, original_node, updated_node):
-            return cst.RemoveFromParent() if original_node is loop else updated_node
 
-    return [block.visit(_Strip())]
+def _suites(stmt: cst.CSTNode) -> list[list[cst.BaseStatement]]:
+    """The statement lists directly inside a compound statement (not inside nested functions or classes)."""
+    if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) or not isinstance(stmt, cst.BaseCompoundStatement):
+        return []
+    suites = [_simple_statements(stmt.body)]
+    orelse = getattr(stmt, "orelse", None)
+    if isinstance(orelse, cst.If):
+        suites.append([orelse])
+    elif orelse is not None:
+        suites.append(_simple_statements(orelse.body))
+    if isinstance(stmt, cst.Try):
+        suites += [_simple_statements(handler.body) for handler in stmt.handlers]
+        suites += [_simple_statements(stmt.finalbody.body)] if stmt.finalbody else []
+    return suites
+
+
+def _outside(function: cst.FunctionDef, loop: cst.For) -> list[cst.CSTNode]:
+    """The code of `function` that can read a name after `loop` has bound it: what runs after the loop, and every
+    nested function or lambda (which can be called after it)."""
+    after = _after(list(function.body.body), loop) or []
+    nested = [node for node in m.findall(function.body, m.FunctionDef() | m.Lambda()) if not _inside(node, loop)]
+    return after + nested
+
+
+def _inside(node: cst.CSTNode, loop: cst.For) -> bool:
+    return any(found is node for found in m.findall(loop, type(node)))

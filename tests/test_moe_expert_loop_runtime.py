@@ -3,8 +3,9 @@
 
 1. eager (the original loop) and the export twin run in eager (`torch.compiler.is_exporting()` patched to True) both
    equal the original bit for bit, on inputs where some experts receive no tokens, where one receives all, with
-   dropped tokens (the 5.x extra mask class) and with top-1 and top-2 routing: visiting the experts without tokens
-   adds nothing and keeps the order of accumulation;
+   dropped tokens (the 5.x extra mask class) and with top-1 and top-2 routing, for the 4.x ModuleList block, the 5.x
+   3D experts and the 4.x gpt-oss form (the unpacked expert id in a multi-element index): visiting the experts
+   without tokens adds nothing and keeps the order of accumulation;
 2. the original fails to export (data-dependent loop); the rewritten block exports with the token count dynamic,
    its graph reads no tensor value back into Python, the program matches the original bit for bit at other token
    counts (1 token included), and `torch.export.save`/`load` keeps it;
@@ -202,6 +203,45 @@ def test_experts_export_and_match_with_dropped_tokens_and_idle_experts():
             _identical(loaded.module()(*inputs), expected)
 
 
+def _gpt_oss_experts() -> tuple[torch.nn.Module, torch.nn.Module]:
+    original, rewritten = _pair("experts_multi_index_4x")
+    experts = original.ToyGptOssExperts(_config(2)), rewritten.ToyGptOssExperts(_config(2))
+    _same_weights(*experts)
+    return experts
+
+
+def _gpt_oss_inputs() -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(hidden states, top-k expert ids with EXPERTS the extra class, per-expert weights)."""
+    return [
+        (hidden, routing, torch.rand(hidden.shape[0], EXPERTS, generator=torch.Generator().manual_seed(3)))
+        for hidden, routing, _ in _expert_inputs()
+    ]
+
+
+def test_multi_index_experts_eager_and_export_twin_are_bit_identical(monkeypatch):
+    original, rewritten = _gpt_oss_experts()
+    with torch.no_grad():
+        for inputs in _gpt_oss_inputs():
+            expected = original(*inputs)
+            _identical(rewritten(*inputs), expected)
+            with monkeypatch.context() as patch:
+                patch.setattr(torch.compiler, "is_exporting", lambda: True)
+                _identical(rewritten(*inputs), expected)
+
+
+def test_multi_index_experts_export_and_match():
+    original, rewritten = _gpt_oss_experts()
+    with torch.no_grad():
+        program = _export(rewritten, _gpt_oss_inputs()[0])
+    assert not _reads_values_back(program)
+    loaded = _saved_and_loaded(program)
+    with torch.no_grad():
+        for inputs in _gpt_oss_inputs():
+            expected = original(*inputs)
+            _identical(program.module()(*inputs), expected)
+            _identical(loaded.module()(*inputs), expected)
+
+
 def test_refusals_are_reported_and_leave_the_source_unchanged():
     path = FIXTURES / "refuse_forms.in.py"
     change = run_codemods(
@@ -212,18 +252,18 @@ def test_refusals_are_reported_and_leave_the_source_unchanged():
         (
             20,
             "refused",
-            "`expert_idx` is used in `out * routing_weights[token_idx, expert_idx, None]` other than as the only index",
+            "`expert_idx` is used in `out[0] * routing_weights[token_idx, expert_idx, None]` other than as the only index",
         ),
-        (32, "refused", "`current_state` is bound in the loop and used outside it (its value after the loop differs)"),
+        (31, "refused", "`current_state` is bound in the loop and used outside it (its value after the loop differs)"),
         (
-            43,
+            42,
             "refused",
             "`if self.dropout > 0:` in the loop body is not an assignment to local names or an `index_add_`",
         ),
-        (55, "refused", "an in-place call `.mul_(...)` in the loop body"),
-        (66, "refused", "an `index_add_` whose index does not come from `torch.where` over the expert's mask row"),
+        (54, "refused", "an in-place call `.mul_(...)` in the loop body"),
+        (65, "refused", "an `index_add_` whose index does not come from `torch.where` over the expert's mask row"),
         (
-            76,
+            75,
             "refused",
             "`self.scales[expert_idx]` indexes neither the expert mask nor a parameter or module list that `__init__` "
             "assigns",

@@ -17,7 +17,6 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -38,23 +37,11 @@ MODELS = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gpt2", "mixtr
 # A name that cannot collide with the committed `generated` package, which refuses to import on another version.
 PACKAGE = "compat_generated"
 
-LINE = tuple(int(part) for part in TF.version.split(".")[:2])
-
-SLIDING_WINDOW_456 = (
-    "sliding-window cache on 4.56: its layer has another form than 4.57's (sliding-window-cache refuses it) and the "
-    "mask offset is a tensor from cache_position[0] that `prepare_padding_mask` tests in a Python `if` "
-    "(data-dependent guard in masking_utils)"
-)
-MOE_NONZERO = "MoE expert loop over `expert_hit.nonzero()`: data-dependent loop, no rewrite yet"
-
-# 4.x: model -> ((failure kind, a phrase of its message), ...), why. In 4.56/4.57 every sdpa mask is built with
-# torch.vmap, whose `flat_apply` node `torch.export.save` cannot serialize; the vmap-masks codemod removes it, so the
-# models below are the only ones that still fail. On 4.57 the sliding-window models verify (sliding-window-cache and
-# export-early-return); on 4.56 they do not.
-SLIDING_WINDOW_GUARDS = (("guard-rejected", "Guard failed"), ("export-error", "masking_utils.py"))
-KNOWN_FAILURES_4X = {"mixtral": ((("export-error", "GuardOnDataDependentSymNode"),), MOE_NONZERO)}
-if LINE == (4, 56):
-    KNOWN_FAILURES_4X |= {model: (SLIDING_WINDOW_GUARDS, SLIDING_WINDOW_456) for model in ("mistral", "gemma2")}
+# 4.x: model -> ((failure kind, a phrase of its message), ...), why: each a strict xfail. Empty: in 4.56/4.57 every
+# sdpa mask is built with torch.vmap (removed by vmap-masks), the sliding-window layers' sizes guard on the side of the
+# window (sliding-window-cache, both the 4.56 and the 4.57 form) and mixtral loops over the experts hit
+# (moe-expert-loop); all eight models now verify on both lines.
+KNOWN_FAILURES_4X: dict[str, tuple[tuple[tuple[str, str], ...], str]] = {}
 
 
 class KnownFailure(AssertionError):
@@ -154,6 +141,14 @@ def test_generated_package_names_the_installed_version_and_is_up_to_date(compat_
         "register_cache_pytree_node(transformers.cache_utils.DynamicSlidingWindowLayer, "
         'counters=("cumulative_length",))'
     ) in shared
+    # the 4.x sparse MoE block loops over every expert under export (its loop over the experts hit is data-dependent)
+    mixtral = (compat_package / "mixtral" / "modeling_mixtral.py").read_text()
+    assert "for expert_idx in range(expert_mask.shape[0]):" in mixtral
+    # both forms of the sliding layer's mask sizes are rewritten (4.56: a tensor offset; 4.57: an int counter)
+    assert (
+        "past = torch.sym_min(self.get_seq_length(), self.sliding_window - 1)" in shared  # 4.56
+        or "kv_length = torch.sym_min(self.cumulative_length, self.sliding_window - 1)" in shared  # 4.57
+    )
     result = CliRunner().invoke(app, ["check", str(compat_package)])
     assert result.exit_code == 0, result.output
 
