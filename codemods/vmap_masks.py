@@ -40,7 +40,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
 
-from .base import Codemod
+from .base import Codemod, child_nodes
 
 GET_ITEM_TO_INDEX = "torch._dynamo._trace_wrapped_higher_order_op.TransformGetItemToIndex"
 # Functions of an index value that act elementwise (so they commute with broadcasting)
@@ -558,7 +558,13 @@ def _vmap_loops(functions: list[cst.FunctionDef | cst.Lambda]) -> list[tuple[cst
 
 def _imported_names(tree: cst.Module) -> set[str]:
     found = set()
-    for node in m.findall(tree, m.Import() | m.ImportFrom()):
+    pending, imports = [tree], []  # a field walk, not a matcher search (several times the cost); the answer is a set
+    while pending:
+        node = pending.pop()
+        if type(node) in (cst.Import, cst.ImportFrom):
+            imports.append(node)
+        pending.extend(child_nodes(node))
+    for node in imports:
         if not isinstance(node.names, cst.ImportStar):
             found |= {(alias.evaluated_alias or alias.evaluated_name).split(".")[0] for alias in node.names}
     return found
