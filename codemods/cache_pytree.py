@@ -26,7 +26,7 @@ import re
 import libcst as cst
 import libcst.matchers as m
 from ._imports import add_from_import, add_plain_import
-from .base import LINE_LENGTH, Codemod, top_level_lines
+from .base import LINE_LENGTH, Codemod, child_nodes, top_level_lines
 
 REGISTER = "register_cache_pytree_node"
 # The classes that define transformers' cache API, by the names `cache_utils` gives them.
@@ -183,8 +183,13 @@ def _is_cache_utils_import(node: cst.ImportFrom) -> bool:
 def _registers(module: cst.Module) -> set[str]:
     """Class names that the module already registers, by a call or as a decorator."""
     found = set()
-    for call in m.findall(module, m.Call(func=m.Name(REGISTER), args=[m.Arg(value=m.Name()), m.ZeroOrMore()])):
-        found.add(call.args[0].value.value)
+    registration = m.Call(func=m.Name(REGISTER), args=[m.Arg(value=m.Name()), m.ZeroOrMore()])
+    pending = [module]  # a field walk, not a matcher search (several times the cost); the answer is a set
+    while pending:
+        node = pending.pop()
+        if type(node) is cst.Call and m.matches(node, registration):
+            found.add(node.args[0].value.value)
+        pending.extend(child_nodes(node))
     for stmt in module.body:
         decorator = m.Name(REGISTER) | m.Call(func=m.Name(REGISTER))
         if isinstance(stmt, cst.ClassDef) and any(m.matches(d.decorator, decorator) for d in stmt.decorators):
@@ -219,15 +224,21 @@ def _int_like(value: cst.BaseExpression) -> bool:
 def _self_attributes_assigned(function: cst.FunctionDef) -> tuple[set[str], set[str]]:
     """(every `X` of `self.X = ...`/`self.X += ...` in a method, those of them assigned something int-like)."""
     names, ints = set(), set()
-    for node in m.findall(function, m.Assign()):
-        for target in node.targets:
-            if m.matches(target.target, m.Attribute(value=m.Name("self"))):
-                names.add(target.target.attr.value)
-                if _int_like(node.value):
-                    ints.add(target.target.attr.value)
-    for node in m.findall(function, m.AugAssign(target=m.Attribute(value=m.Name("self")))):
-        names.add(node.target.attr.value)
-        ints.add(node.target.attr.value)
+    self_attribute = m.Attribute(value=m.Name("self"))
+    pending = [function]  # a field walk, not matcher searches (several times the cost); the answer is two sets
+    while pending:
+        node = pending.pop()
+        kind = type(node)
+        if kind is cst.Assign:
+            for target in node.targets:
+                if m.matches(target.target, self_attribute):
+                    names.add(target.target.attr.value)
+                    if _int_like(node.value):
+                        ints.add(target.target.attr.value)
+        elif kind is cst.AugAssign and m.matches(node.target, self_attribute):
+            names.add(node.target.attr.value)
+            ints.add(node.target.attr.value)
+        pending.extend(child_nodes(node))
     return names, ints
 
 

@@ -63,7 +63,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
@@ -71,7 +71,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst._nodes.internal import CodegenState
 
-from .base import LINE_LENGTH, Codemod
+from .base import LINE_LENGTH, Codemod, child_nodes
 
 IS_EXPORTING = "torch.compiler.is_exporting()"
 _REDUCTIONS = frozenset({"any", "all"})
@@ -247,60 +247,6 @@ def _holds_reduction(node: cst.BaseExpression) -> bool:
     return _value_reduction(node) is not None
 
 
-# Nodes that hold only whitespace, comments and punctuation: searches for statements and expressions skip them
-_TOKENS = (
-    cst.BaseParenthesizableWhitespace,
-    cst.EmptyLine,
-    cst.TrailingWhitespace,
-    cst.Newline,
-    cst.Comment,
-    cst.LeftParen,
-    cst.RightParen,
-    cst.LeftSquareBracket,
-    cst.RightSquareBracket,
-    cst.LeftCurlyBrace,
-    cst.RightCurlyBrace,
-    cst.Comma,
-    cst.Semicolon,
-    cst.Dot,
-    cst.Colon,
-    cst.AssignEqual,
-    cst.BaseBinaryOp,
-    cst.BaseBooleanOp,
-    cst.BaseCompOp,
-    cst.BaseUnaryOp,
-    cst.BaseAugOp,
-)
-_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
-# type -> whether its instances are nodes to descend into (not tokens). libcst's base classes are ABCs, whose
-# isinstance checks cost more than the walk; a dict lookup by exact type does not.
-_DESCEND: dict[type, bool] = {}
-
-
-def _descend(kind: type) -> bool:
-    found = _DESCEND.get(kind)
-    if found is None:
-        found = _DESCEND[kind] = issubclass(kind, cst.CSTNode) and not issubclass(kind, _TOKENS)
-    return found
-
-
-def _children(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """The child nodes of `node` but tokens, read from its fields: what a libcst visitor would descend into, without
-    the visitor's dispatch at every node (several times the cost). Order is field order, not always source order."""
-    names = _CHILD_FIELDS.get(type(node))
-    if names is None:
-        names = _CHILD_FIELDS[type(node)] = tuple(f.name for f in fields(node))
-    found = []
-    for name in names:
-        value = getattr(node, name)
-        kind = type(value)
-        if kind is list or kind is tuple:
-            found.extend(item for item in value if _descend(type(item)))
-        elif _descend(kind):
-            found.append(value)
-    return found
-
-
 class _Bindings:
     """One walk over a function: its assignments, the other places that bind names, and whether it uses numpy."""
 
@@ -320,7 +266,7 @@ class _Bindings:
                 self._rebind(node.name)
             elif kind is cst.Attribute:
                 self.numpy = self.numpy or m.matches(node.value, m.Name("np") | m.Name("numpy"))
-            pending.extend(_children(node))
+            pending.extend(child_nodes(node))
 
     def _rebind(self, target: cst.CSTNode | None) -> None:
         if target is not None:
@@ -361,7 +307,7 @@ def _holds_order_comparison_or_method_call(test: cst.BaseExpression) -> bool:
         if kind is cst.Comparison and len(node.comparisons) == 1:
             if isinstance(node.comparisons[0].operator, _ORDER_OPERATORS):
                 return True
-        pending.extend(_children(node))
+        pending.extend(child_nodes(node))
     return False
 
 
@@ -883,7 +829,9 @@ class _Statements:
         return super().on_visit(node)
 
 
-_NOT_STATEMENTS: dict[type, bool] = {}  # type -> whether the candidate search skips it (by exact type: see _DESCEND)
+_NOT_STATEMENTS: dict[type, bool] = (
+    {}
+)  # type -> whether the candidate search skips it (by exact type: see base.descends)
 
 
 def _has_candidates(
@@ -904,7 +852,7 @@ def _has_candidates(
         scopes = (*scopes, stmt.name.value)
     if kind is cst.FunctionDef:
         shapes = _LazyBound(stmt, listed.get(".".join(scopes), frozenset()))
-    return any(_has_candidates(child, listed, scopes, shapes) for child in _children(stmt))
+    return any(_has_candidates(child, listed, scopes, shapes) for child in child_nodes(stmt))
 
 
 # What libcst's PositionProvider counts as a line break

@@ -193,9 +193,11 @@ class _Loop:
                     body=[m.Assign(targets=[m.AtLeastN(n=1, matcher=m.AssignTarget(target=m.Name() | m.Tuple()))])]
                 ),
             ) and all(
-                all(isinstance(e.value, cst.Name) for e in t.target.elements)
-                if isinstance(t.target, cst.Tuple)
-                else True
+                (
+                    all(isinstance(e.value, cst.Name) for e in t.target.elements)
+                    if isinstance(t.target, cst.Tuple)
+                    else True
+                )
                 for t in stmt.body[0].targets
             ):
                 flat.append(stmt)

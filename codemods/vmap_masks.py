@@ -40,7 +40,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
 
-from .base import Codemod
+from .base import Codemod, child_nodes
 
 GET_ITEM_TO_INDEX = "torch._dynamo._trace_wrapped_higher_order_op.TransformGetItemToIndex"
 # Functions of an index value that act elementwise (so they commute with broadcasting)
@@ -311,20 +311,27 @@ class VmapMasks(Codemod):
         return "vmap" in source or "kv_idx" in source
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        functions = _functions(tree)
+        owners: dict[int, cst.BaseStatement] = {}
+        functions = _functions(tree, owners)
         loops = _vmap_loops(functions)
         if not loops and all(_mask_parameters(function.params) is None for function in functions):
             return tree  # nothing to analyse: skip the scope analysis, the largest cost of this codemod
-        wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
-        positions = wrapper.resolve(PositionProvider)
-        resolved = wrapper.resolve(QualifiedNameProvider)
+        analysed = {id(owners[id(f)]) for f in functions if _mask_parameters(f.params) is not None}
+        # Lines are asked only of the analysed functions and the vmap loops' functions, and of nodes inside them
+        lines = self._lines(tree, analysed | {id(owners[id(function)]) for function, _, _ in loops})
+        if loops:
+            resolved = MetadataWrapper(tree, unsafe_skip_copy=True).resolve(QualifiedNameProvider)
+        else:
+            # Names are asked only inside mask functions: the scope analysis can skip the other defs' bodies
+            scopes = MetadataWrapper(self._without_other_bodies(tree, analysed), unsafe_skip_copy=True)
+            resolved = scopes.resolve(QualifiedNameProvider)
 
         def qualified(node: cst.CSTNode) -> set[str]:
             value = resolved.get(node, ())
             return {name.name for name in (value() if callable(value) else value)}
 
         def line(node: cst.CSTNode) -> int:
-            return positions[node].start.line
+            return lines[node]
 
         imports_torch = any(
             m.matches(
@@ -374,6 +381,34 @@ class VmapMasks(Codemod):
         if helpers:
             tree = self._rewrite_helpers(tree, helpers, qualified)
         return tree
+
+    def _lines(self, tree: cst.Module, owners: set[int]) -> dict[cst.CSTNode, int]:
+        """node -> its line, for the nodes of the top-level statements in `owners` (ids): positions are resolved for
+        each alone (they cost several times a plain print) and offset by where it starts."""
+        lines, line = {}, 1 + len(tree.header)
+        last = max(index for index, stmt in enumerate(tree.body) if id(stmt) in owners)
+        for stmt in tree.body[: last + 1]:
+            if id(stmt) in owners:
+                alone = tree.with_changes(header=[], body=[stmt], footer=[])
+                positions = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
+                lines.update((node, line - 1 + span.start.line) for node, span in positions.items())
+            line += self.statement_code(tree, stmt).count("\n")
+        return lines
+
+    def _without_other_bodies(self, tree: cst.Module, kept: set[int]) -> cst.Module:
+        """`tree` with the body of every top-level def and class outside `kept` (ids of statements) replaced by
+        `...`. The names a mask function reads resolve the same: its own and enclosing scopes are kept, and a body
+        binds a module-level name only through `global`, so a body that has the word keeps its statements."""
+        body = []
+        for stmt in tree.body:
+            if (
+                isinstance(stmt, (cst.FunctionDef, cst.ClassDef))
+                and id(stmt) not in kept
+                and "global" not in self.statement_code(tree, stmt)
+            ):
+                stmt = stmt.with_changes(body=_ELLIPSIS_BODY)
+            body.append(stmt)
+        return tree.with_changes(body=body)
 
     def _helpers(self, loops, qualified, line, refused_lines) -> list[_VmapHelper]:
         helpers = []
@@ -472,18 +507,31 @@ class VmapMasks(Codemod):
         return tree
 
 
-def _functions(tree: cst.Module) -> list[cst.FunctionDef | cst.Lambda]:
-    """Every `def` and `lambda` of the module, in source order (one plain walk: matchers cost several times more)."""
+_ELLIPSIS_BODY = cst.IndentedBlock(body=[cst.SimpleStatementLine(body=[cst.Expr(cst.Ellipsis())])])
+
+
+def _functions(
+    tree: cst.Module, owners: dict[int, cst.BaseStatement] | None = None
+) -> list[cst.FunctionDef | cst.Lambda]:
+    """Every `def` and `lambda` of the module, in source order (one plain walk: matchers cost several times more).
+    `owners`, when given, gets id(function) -> the top-level statement holding it."""
     found = []
+    owner = None
 
     class _Collect(cst.CSTVisitor):
         def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
             found.append(node)
+            if owners is not None:
+                owners[id(node)] = owner
 
         def visit_Lambda(self, node: cst.Lambda) -> None:
             found.append(node)
+            if owners is not None:
+                owners[id(node)] = owner
 
-    tree.visit(_Collect())
+    collect = _Collect()
+    for owner in tree.body:  # the header and footer hold only comments
+        owner.visit(collect)
     return found
 
 
@@ -510,7 +558,13 @@ def _vmap_loops(functions: list[cst.FunctionDef | cst.Lambda]) -> list[tuple[cst
 
 def _imported_names(tree: cst.Module) -> set[str]:
     found = set()
-    for node in m.findall(tree, m.Import() | m.ImportFrom()):
+    pending, imports = [tree], []  # a field walk, not a matcher search (several times the cost); the answer is a set
+    while pending:
+        node = pending.pop()
+        if type(node) in (cst.Import, cst.ImportFrom):
+            imports.append(node)
+        pending.extend(child_nodes(node))
+    for node in imports:
         if not isinstance(node.names, cst.ImportStar):
             found |= {(alias.evaluated_alias or alias.evaluated_name).split(".")[0] for alias in node.names}
     return found
