@@ -75,6 +75,12 @@ def test_a_model_the_generated_copy_breaks_is_named():
     assert "fails where the original passes for 1 (a)." in coverage.markdown(data, {})
 
 
+def test_the_committed_json_keeps_the_start_of_a_long_reason():
+    entry = coverage.cell(record("export-error", "E: " + "x" * 5000))
+    assert entry["reason"].startswith("E: x") and entry["reason"].endswith("…")
+    assert len(entry["reason"]) == coverage.REASON_KEPT
+
+
 def test_long_reasons_are_cut_and_pipes_escaped():
     cell = coverage.markdown_cell({"status": "mismatch", "reason": "a|b " + "x" * 300, "location": None})
     assert cell.startswith("**mismatch**: a\\|b ") and cell.endswith("…")

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "python tools/coverage.py"
 TIMEOUT = 300.0  # seconds per model and subject
 REASON_WIDTH = 110  # characters of a failure's first line shown in the table
+REASON_KEPT = 600  # characters of a failure's reason kept in COVERAGE.json (the sweep records hold it whole)
 ONNX = "onnx"
 COLUMNS = (*SUBJECTS, ONNX)
 SKIPPED = {"status": "skipped", "reason": "the generated copy does not verify with torch.export", "location": None}
@@ -66,7 +67,10 @@ def cell(record: dict | None) -> dict:
     if record is None:
         return {"status": "not-run", "reason": "", "location": None}
     details = record.get("details") or {}
-    return {"status": record["status"], "reason": record["reason"], "location": details.get("location")}
+    reason = record["reason"]
+    if len(reason) > REASON_KEPT:
+        reason = reason[: REASON_KEPT - 1] + "…"
+    return {"status": record["status"], "reason": reason, "location": details.get("location")}
 
 
 def moves(records: dict[str, dict[str, dict]], ablations: dict[str, dict[str, dict]], model_types: list[str]) -> dict:
