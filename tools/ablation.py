@@ -3,7 +3,7 @@
     python tools/ablation.py cond-branches [--work build/coverage] [--jobs 2]
 
 Reads the coverage sweep of `tools/coverage.py` in WORK. The candidates are the model types whose generated copy
-verifies (`generated.jsonl`) and whose own modeling files the codemod changed (their `REWRITES.md`). The tool renders
+verifies (`generated.jsonl`) and whose own modeling files the codemod changed. The tool renders
 the same generated package without that codemod into `WORK/without-CODEMOD/generated`, verifies each candidate there
 exactly like the coverage sweep's generated column (isolated, resumable: `WORK/without-CODEMOD.jsonl`), and prints
 the candidates that fail without it: the model types that move from failing to passing because of that codemod.
@@ -19,24 +19,23 @@ from pathlib import Path
 
 from codemods import ALL_CODEMODS
 from exportsmith.content_cache import ContentCache
-from exportsmith.discover import find_transformers
-from exportsmith.generate import generated_modules, render, write_tree
+from exportsmith.discover import Transformers, find_transformers
+from exportsmith.generate import Rendered, generated_modules, render, write_tree
+from exportsmith.vendor import SHARED_PACKAGE
 from exportsmith.verify.isolate import JOBS, check_export, recorded, sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 300.0  # seconds per model type, as in tools/coverage.py
 
 
-def changed_by(package: Path, codemod: str) -> dict[str, list[str]]:
-    """module -> its model types, for the modules of `package` whose modeling files `codemod` changed."""
-    found = {}
-    for record in sorted(package.glob("*/REWRITES.md")):
-        text = record.read_text(encoding="utf-8")
-        applied = [line.split(":", 1)[1] for line in text.splitlines() if line.startswith("Codemods that changed it:")]
-        if any(codemod in (name.strip() for name in names.split(",")) for names in applied):
-            types = next(line for line in text.splitlines() if line.startswith("Model types: "))
-            found[record.parent.name] = types.removeprefix("Model types: ").split(", ")
-    return found
+def changed_by(rendered: Rendered, tf: Transformers, codemod: str) -> list[str]:
+    """The model types of the rendered modules whose own files (modeling or modular) `codemod` changed."""
+    return sorted(
+        model_type
+        for module, changes in rendered.groups.items()
+        if module != SHARED_PACKAGE and any(codemod in change.applied for change in changes)
+        for model_type in tf.models[module].model_types
+    )
 
 
 def main() -> int:
@@ -53,16 +52,13 @@ def main() -> int:
     if not package.is_dir() or not verified:
         print(f"no coverage sweep in {args.work}: run tools/coverage.py first", file=sys.stderr)
         return 2
-    candidates = sorted(
-        model_type
-        for types in changed_by(package, args.codemod).values()
-        for model_type in types
-        if model_type in verified
-    )
     without = args.work / f"without-{args.codemod}"
     records_path = args.work / f"without-{args.codemod}.jsonl"
     if args.fresh:
         records_path.unlink(missing_ok=True)
+    tf, modules, cache = find_transformers(), generated_modules(package), ContentCache()
+    full = render(tf, modules, jobs=args.jobs, cache=cache)  # the coverage sweep's package: read from the cache
+    candidates = [name for name in changed_by(full, tf, args.codemod) if name in verified]
     selected = tuple(codemod for codemod in ALL_CODEMODS if codemod.NAME != args.codemod)
     rendered = render(
         find_transformers(), generated_modules(package), jobs=args.jobs, cache=ContentCache(), codemods=selected
