@@ -1,7 +1,7 @@
 """Eager cost of a `cond-branches` rewrite (not a test): the original function against its rewrite, where eager
 runs the plain `if` over the branch functions. The issue asks for at most 2%.
 
-    python tools/bench_cond_eager.py [--repeat 7] [--number 2000]
+    python tools/bench_cond_eager.py [--repeat 7] [--number 2000] [--json]
 
 Measures the fixture functions of `tests/fixtures/cond_branches/select_shapes.in.py` and the fp16 clamp layer of
 `select_fp16_clamp.in.py`, on a tiny input (the per-call Python overhead at its most visible) and on a
@@ -11,6 +11,7 @@ decoder-sized one (batch 2, 128 tokens, hidden 512). Interleaves original and re
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import timeit
 import types
@@ -57,13 +58,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--number", type=int, default=2000)
+    parser.add_argument("--json", action="store_true", help="print one JSON list of rows (for tools/bench.py)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    print(f"torch {torch.__version__}, best of {args.repeat} x {args.number} calls, microseconds per call")
+    rows = []
+    if not args.json:
+        print(f"torch {torch.__version__}, best of {args.repeat} x {args.number} calls, microseconds per call")
     with torch.inference_mode():
         for size in ((2, 8), (2, 128, 512)):
             number = args.number if size == (2, 8) else max(args.number // 20, 20)
-            print(f"input {size}:")
+            if not args.json:
+                print(f"input {size}:")
             for label, before, after, call_args in _cases(size):
                 times = {"original": [], "rewritten": []}
                 for _ in range(args.repeat):
@@ -71,7 +76,11 @@ def main() -> int:
                         seconds = timeit.timeit(lambda: function(*call_args), number=number)
                         times[name].append(seconds / number * 1e6)
                 original, rewritten = (min(times[k]) for k in ("original", "rewritten"))
-                print(f"  {label:30s} {original:9.2f} {rewritten:9.2f}  {100 * (rewritten / original - 1):+6.2f}%")
+                rows.append({"case": label, "size": list(size), "original": original, "rewritten": rewritten})
+                if not args.json:
+                    print(f"  {label:30s} {original:9.2f} {rewritten:9.2f}  {100 * (rewritten / original - 1):+6.2f}%")
+    if args.json:
+        print(json.dumps(rows))
     return 0
 
 
