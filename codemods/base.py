@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 import libcst as cst
+import libcst.matchers as m
 from libcst.codemod import Codemod as LibcstCodemod
 
 # transformers' line length (ruff, black): emitted code is laid out to it, so a patch passes its style checks.
@@ -135,6 +136,55 @@ def top_level_lines(module: cst.Module) -> dict[int, int]:
         lines[id(stmt)] = start
         line += module.code_for_node(stmt).count("\n")
     return lines
+
+
+# `torch.compiler.is_exporting()`: the test of every export twin
+EXPORTING = m.Call(
+    func=m.Attribute(value=m.Attribute(value=m.Name("torch"), attr=m.Name("compiler")), attr=m.Name("is_exporting"))
+)
+_IMPORT_TORCH = m.SimpleStatementLine(body=[m.Import(names=[m.ImportAlias(name=m.Name("torch"), asname=None)])])
+
+
+def imports_torch(module: cst.Module) -> bool:
+    """Whether `import torch` binds `torch` at the top of the module (also inside a top-level `if` or `try`): the
+    name every export form calls."""
+    for stmt in module.body:
+        inner = stmt.body.body if isinstance(stmt, (cst.If, cst.Try)) else (stmt,)
+        if any(m.matches(line, _IMPORT_TORCH) for line in inner):
+            return True
+    return False
+
+
+def export_twin(
+    template: str,
+    eager: cst.If | list[cst.BaseStatement],
+    leading_lines,
+    export: list[cst.BaseStatement] | None = None,
+) -> cst.If:
+    """The one shape of an export twin: `if torch.compiler.is_exporting()...:` the export form, `else:` the original
+    statements (or `elif` the original `if`), so eager runs the original code unchanged. `template` is the `if`, with
+    `else: pass` unless `eager` is an `if`; `export`, when given, replaces the template's body (its first statement
+    keeps the template's comments). The twin takes the `leading_lines` of what it replaces."""
+    choice = cst.parse_statement(template)
+    if export is not None:
+        first, *rest = export
+        body = [first.with_changes(leading_lines=choice.body.body[0].leading_lines), *rest]
+        choice = choice.with_changes(body=choice.body.with_changes(body=body))
+    if isinstance(eager, cst.If):
+        return choice.with_changes(leading_lines=leading_lines, orelse=eager.with_changes(leading_lines=()))
+    first, *rest = eager
+    block = choice.orelse.body.with_changes(body=[first.with_changes(leading_lines=()), *rest])
+    return choice.with_changes(leading_lines=leading_lines, orelse=choice.orelse.with_changes(body=block))
+
+
+class ReplaceNodes(cst.CSTTransformer):
+    """Puts each replacement where its original node is (by identity)."""
+
+    def __init__(self, replacements: dict[cst.CSTNode, cst.CSTNode]) -> None:
+        self.replacements = replacements
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
+        return self.replacements.get(original_node, updated_node)
 
 
 # Nodes that hold only whitespace, comments and punctuation: searches for statements and expressions skip them

@@ -24,7 +24,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from .base import Codemod, top_level_lines
+from .base import EXPORTING, Codemod, ReplaceNodes, export_twin, imports_torch, top_level_lines
 
 # Names the export arm binds: refused where the function already uses them
 EXPORT_NAMES = ("conv_length", "last_positions")
@@ -45,14 +45,7 @@ UPDATE_CONV_STATE = m.Assign(
     targets=[m.AssignTarget(target=m.Name())],
     value=m.Call(func=m.Attribute(attr=m.Name("update_conv_state"))),
 )
-EXPORT_CHOICE = m.If(
-    test=m.Call(
-        func=m.Attribute(
-            value=m.Attribute(value=m.Name("torch"), attr=m.Name("compiler")), attr=m.Name("is_exporting")
-        )
-    ),
-    orelse=m.Else(),
-)
+EXPORT_CHOICE = m.If(test=EXPORTING, orelse=m.Else())
 FULL = m.SubscriptElement(slice=m.Slice(lower=None, upper=None, step=None))
 
 
@@ -107,16 +100,6 @@ def _functions(tree: cst.Module):
     return collect.found
 
 
-class _ReplaceTails(cst.CSTTransformer):
-    def __init__(self, replacements: dict[cst.SimpleStatementLine, cst.If]) -> None:
-        self.replacements = replacements
-
-    def leave_SimpleStatementLine(
-        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
-    ) -> cst.BaseStatement:
-        return self.replacements.get(original_node, updated_node)
-
-
 class ConvOutputTail(Codemod):
     NAME = "conv-output-tail"
     DESCRIPTION = (
@@ -129,12 +112,7 @@ class ConvOutputTail(Codemod):
         return "update_conv_state(" in source
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        imports_torch = any(
-            m.matches(
-                stmt, m.SimpleStatementLine(body=[m.Import(names=[m.ImportAlias(m.Name("torch"), asname=None)])])
-            )
-            for stmt in tree.body
-        )
+        has_torch = imports_torch(tree)
         replacements = {}
         for function, construct, line in _functions(tree):
             assigned = {node.targets[0].target.value for node in m.findall(function.body, UPDATE_CONV_STATE)}
@@ -153,7 +131,7 @@ class ConvOutputTail(Codemod):
             reason = None
             if taken:
                 reason = f"the function already uses `{'`, `'.join(taken)}`"
-            elif not imports_torch:
+            elif not has_torch:
                 reason = "the module does not `import torch`"
             for stmt in tails:
                 if reason is not None:
@@ -161,17 +139,11 @@ class ConvOutputTail(Codemod):
                     continue
                 replacements[stmt] = self._rewrite(stmt)
                 self.report(line, "rewritten", construct, "keeps the last positions of the conv by index under export")
-        return tree.visit(_ReplaceTails(replacements)) if replacements else tree
+        return tree.visit(ReplaceNodes(replacements)) if replacements else tree
 
     @staticmethod
     def _rewrite(stmt: cst.SimpleStatementLine) -> cst.If:
         assign = stmt.body[0]
         states = assign.targets[0].target.value
         count = assign.value.slice[-1].slice.lower.expression.value
-        choice = cst.parse_statement(EXPORT_TEMPLATE.format(states=states, count=count))
-        return choice.with_changes(
-            leading_lines=stmt.leading_lines,
-            orelse=choice.orelse.with_changes(
-                body=choice.orelse.body.with_changes(body=[stmt.with_changes(leading_lines=())])
-            ),
-        )
+        return export_twin(EXPORT_TEMPLATE.format(states=states, count=count), [stmt], stmt.leading_lines)

@@ -34,7 +34,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from .base import LINE_LENGTH, Codemod
+from .base import EXPORTING, LINE_LENGTH, Codemod, export_twin, imports_torch
 
 # `torch.greater(M.sum(...), 0).nonzero()`
 EXPERTS_HIT = m.Call(
@@ -56,9 +56,7 @@ NO_GRAD = m.With(
     ]
 )
 TORCH_WHERE = m.Call(func=m.Attribute(value=m.Name("torch"), attr=m.Name("where")), args=[m.Arg(keyword=None)])
-EXPORTING = m.If(
-    test=m.Call(func=m.Attribute(value=m.Attribute(attr=m.Name("compiler")), attr=m.Name("is_exporting")))
-)
+EXPORT_CHOICE = m.If(test=EXPORTING)
 
 COMMENT = (
     "# torch.export cannot loop over the experts hit (a data-dependent count): visit every expert in",
@@ -336,17 +334,6 @@ def _one_line(node: cst.CSTNode) -> str:
     return first if len(first) <= 100 else first[:97] + "..."
 
 
-def _imports_torch(tree: cst.Module) -> bool:
-    for stmt in tree.body:
-        inner = list(stmt.body.body) if isinstance(stmt, (cst.If, cst.Try)) else [stmt]
-        for line in inner:
-            if m.matches(
-                line, m.SimpleStatementLine(body=[m.Import(names=[m.ImportAlias(name=m.Name("torch"), asname=None)])])
-            ):
-                return True
-    return False
-
-
 def _hit_binding(statements: list[cst.BaseStatement], hit: str) -> str | None:
     """The mask `M` of the last binding of `hit` among `statements` (or inside a `with` among them), if it is
     `hit = torch.greater(M.sum(...), 0).nonzero()`; None when the last binding has another form or M is rebound."""
@@ -386,7 +373,7 @@ class MoeExpertLoop(Codemod):
         if not m.findall(tree, m.Assign(value=EXPERTS_HIT)):
             return tree
         positions = MetadataWrapper(tree, unsafe_skip_copy=True).resolve(PositionProvider)
-        rewriter = _Rewriter(self, positions, _imports_torch(tree))
+        rewriter = _Rewriter(self, positions, imports_torch(tree))
         rewritten = tree.visit(rewriter)
         return rewritten if rewriter.twins else tree
 
@@ -415,7 +402,7 @@ class _Rewriter(cst.CSTTransformer):
         return updated_node
 
     def visit_If(self, node: cst.If) -> bool:
-        return not m.matches(node, EXPORTING)  # a twin emitted by a previous run, and the eager loop beside it
+        return not m.matches(node, EXPORT_CHOICE)  # a twin emitted by a previous run, and the eager loop beside it
 
     def leave_IndentedBlock(self, original_node, updated_node):
         self.depth -= 1
@@ -460,21 +447,8 @@ class _Rewriter(cst.CSTTransformer):
         except _Refusal as refusal:
             self.codemod.report(line, "refused", construct, str(refusal))
             return
-        twin = matched.export_twin()
-        eager = loop.with_changes(leading_lines=[])
-        text = (
-            "if torch.compiler.is_exporting():\n"
-            + "".join(f"    {c}\n" for c in COMMENT)
-            + "    pass\nelse:\n    pass\n"
-        )
-        template = cst.parse_statement(text)
-        replacement = template.with_changes(
-            leading_lines=loop.leading_lines,
-            body=template.body.with_changes(
-                body=[twin.with_changes(leading_lines=template.body.body[0].leading_lines)]
-            ),
-            orelse=template.orelse.with_changes(body=template.orelse.body.with_changes(body=[eager])),
-        )
+        text = "if torch.compiler.is_exporting():\n" + "".join(f"    {c}\n" for c in COMMENT) + "    pass\nelse:\n    pass\n"
+        replacement = export_twin(text, [loop], loop.leading_lines, export=[matched.export_twin()])
         self.twins[id(loop)] = _fitted(replacement, self.depth)
         self.codemod.report(line, "rewritten", construct, f"loops over range({mask}.shape[0]) under export")
 

@@ -29,12 +29,9 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
 
-from .base import Codemod
+from .base import EXPORTING, Codemod, ReplaceNodes, export_twin, imports_torch
 
 PAD = "torch.nn.functional.pad"
-EXPORTING = m.Call(
-    func=m.Attribute(value=m.Attribute(value=m.Name("torch"), attr=m.Name("compiler")), attr=m.Name("is_exporting"))
-)
 _PADS = m.MatchIfTrue(lambda name: name.endswith("pad"))
 # A call of something named `...pad`: the `if`s worth a finding when they are not the exact form
 PAD_CALL = m.Call(func=m.Name(value=_PADS) | m.Attribute(attr=m.Name(value=_PADS)))
@@ -128,14 +125,6 @@ def _names(node: cst.CSTNode) -> list[str]:
     return [name.value for name in m.findall(node, m.Name())]
 
 
-class _Replace(cst.CSTTransformer):
-    def __init__(self, replacements: dict[cst.If, cst.If]) -> None:
-        self.replacements = replacements
-
-    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.If:
-        return self.replacements.get(original_node, updated_node)
-
-
 class PadToMinLength(Codemod):
     NAME = "pad-to-min-length"
     DESCRIPTION = (
@@ -160,25 +149,20 @@ class PadToMinLength(Codemod):
             value = resolved.get(node, ())
             return {name.name for name in (value() if callable(value) else value)}
 
-        imports_torch = any(
-            m.matches(
-                stmt, m.SimpleStatementLine(body=[m.Import(names=[m.ImportAlias(m.Name("torch"), asname=None)])])
-            )
-            for stmt in tree.body
-        )
+        has_torch = imports_torch(tree)
         replacements = {}
         for node, function, construct in candidates.found:
             line = positions[node].start.line
-            reason = self._refusal(node, function, qualified, imports_torch)
+            reason = self._refusal(node, function, qualified, has_torch)
             if reason is not None:
                 self.report(line, "refused", construct, reason)
                 continue
             replacements[node] = self._rewrite(node)
             self.report(line, "rewritten", construct, "pads with a slice of zeros and the states under export")
-        return tree.visit(_Replace(replacements)) if replacements else tree
+        return tree.visit(ReplaceNodes(replacements)) if replacements else tree
 
     @staticmethod
-    def _refusal(node: cst.If, function: cst.FunctionDef, qualified, imports_torch: bool) -> str | None:
+    def _refusal(node: cst.If, function: cst.FunctionDef, qualified, has_torch: bool) -> str | None:
         conjuncts, shorter = _shorter_test(node.test)
         states = shorter.left.value.value.value
         minimum = shorter.comparisons[0].comparator
@@ -222,7 +206,7 @@ class PadToMinLength(Codemod):
         used = set(_names(function)) & set(EXPORT_NAMES)
         if used:
             return f"the function already uses `{'`, `'.join(sorted(used))}`"
-        if not imports_torch:
+        if not has_torch:
             return "the module does not `import torch`"
         return None
 
@@ -231,11 +215,9 @@ class PadToMinLength(Codemod):
         conjuncts, shorter = _shorter_test(node.test)
         code = cst.Module(body=[]).code_for_node
         states = shorter.left.value.value.value
-        choice = cst.parse_statement(
-            EXPORT_TEMPLATE.format(
-                conjuncts="".join(f" and {code(conjunct)}" for conjunct in conjuncts),
-                states=states,
-                minimum=code(shorter.comparisons[0].comparator),
-            )
+        template = EXPORT_TEMPLATE.format(
+            conjuncts="".join(f" and {code(conjunct)}" for conjunct in conjuncts),
+            states=states,
+            minimum=code(shorter.comparisons[0].comparator),
         )
-        return choice.with_changes(leading_lines=node.leading_lines, orelse=node.with_changes(leading_lines=()))
+        return export_twin(template, node, node.leading_lines)

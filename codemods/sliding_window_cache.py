@@ -31,7 +31,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from .base import Codemod, top_level_lines
+from .base import EXPORTING, Codemod, export_twin, top_level_lines
 
 LAYER = "DynamicSlidingWindowLayer"
 
@@ -62,13 +62,6 @@ KEEP_WINDOW = m.Subscript(
 def _keep(attr: str) -> m.SimpleStatementLine:
     return m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=_self(attr))], value=KEEP_WINDOW)])
 
-
-EXPORTING = m.Call(
-    func=m.Attribute(
-        value=m.Attribute(value=m.Name("torch"), attr=m.Name("compiler")),
-        attr=m.Name("is_exporting"),
-    )
-)
 
 KEEP_TEMPLATE = """
 if torch.compiler.is_exporting() and self.sliding_window > 1:
@@ -277,14 +270,8 @@ class _KeepWindow(cst.CSTTransformer):
             if m.matches(keys, _keep("keys")) and m.matches(values, _keep("values")):
                 full = keys.body[0].value.value.value
                 full_values = values.body[0].value.value.value
-                choice = cst.parse_statement(KEEP_TEMPLATE.format(keys=full, values=full_values))
-                choice = choice.with_changes(
-                    leading_lines=keys.leading_lines,
-                    orelse=choice.orelse.with_changes(
-                        body=choice.orelse.body.with_changes(body=[keys.with_changes(leading_lines=()), values])
-                    ),
-                )
-                body[index : index + 2] = [choice]
+                template = KEEP_TEMPLATE.format(keys=full, values=full_values)
+                body[index : index + 2] = [export_twin(template, [keys, values], keys.leading_lines)]
                 self.count += 1
             index += 1
         return updated_node.with_changes(body=body)

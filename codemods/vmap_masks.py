@@ -40,7 +40,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
 
-from .base import Codemod, child_nodes
+from .base import Codemod, child_nodes, imports_torch
 
 GET_ITEM_TO_INDEX = "torch._dynamo._trace_wrapped_higher_order_op.TransformGetItemToIndex"
 # Functions of an index value that act elementwise (so they commute with broadcasting)
@@ -333,12 +333,7 @@ class VmapMasks(Codemod):
         def line(node: cst.CSTNode) -> int:
             return lines[node]
 
-        imports_torch = any(
-            m.matches(
-                stmt, m.SimpleStatementLine(body=[m.Import(names=[m.ImportAlias(m.Name("torch"), asname=None)])])
-            )
-            for stmt in tree.body
-        )
+        has_torch = imports_torch(tree)
         unanalysed = frozenset(
             {f.name.value for f in functions if isinstance(f, cst.FunctionDef) and _mask_parameters(f.params) is None}
             | _imported_names(tree)
@@ -362,7 +357,7 @@ class VmapMasks(Codemod):
                 for at, construct, reason in sorted(check.refusals):
                     self.report(at, "refused", construct, reason)
                 continue
-            if check.rewrites and not imports_torch:
+            if check.rewrites and not has_torch:
                 refused_lines.append(line(function))
                 for node in check.rewrites:
                     self.report(line(node), "refused", _code(node), "the module does not `import torch`")
