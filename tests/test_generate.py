@@ -261,3 +261,11 @@ def test_the_cache_key_covers_the_committed_cond_targets():
     from exportsmith.content_cache import rendering_files
 
     assert TARGETS_FILE in [path for _, path in rendering_files()]  # a new site re-renders what it may change
+
+
+def test_shared_findings_are_recorded_with_the_reasons_of_listed_sites(rendered):
+    # a shared module is never rewritten by cond-branches; a listed site there is refused, and the record says why
+    record = rendered.files["_shared/REWRITES.md"]
+    assert "## masking_utils.py" in record
+    line = next(line for line in record.splitlines() if "[cond-branches] refused is_torchdynamo_exporting()" in line)
+    assert "shared module" in line and "transformers bug" in line
