@@ -2,9 +2,9 @@
 
 Skipped as a whole without the `onnx` extra (`pip install 'exportsmith[onnx]'`). Covers: the generated llama end to
 end at every evaluation case with readable graph input/output names; that a copy which differs only under export is
-reported as a mismatch; that a model's failure comes back as a result; the error naming the extra when a package is
-missing; and one encoder (bert), which is exported from the ORIGINAL `transformers.BertModel`, since exportsmith
-generates nothing for bert yet.
+reported as a mismatch; a model whose output is a bare tensor (named `output`); that a model's failure comes back as
+a result; the error naming the extra when a package is missing; and one encoder (bert), which is exported from the
+ORIGINAL `transformers.BertModel`, since exportsmith generates nothing for bert yet.
 """
 
 import re
@@ -25,7 +25,9 @@ from transformers import BertConfig, BertModel  # noqa: E402
 from exportsmith.verify.inputs import DECODE_CASES, PREFILL_CASES  # noqa: E402
 from exportsmith.verify.onnx_check import (  # noqa: E402
     ONNX_MAX_ABS_DIFF,
+    OUTPUT_NAMES,
     MissingOnnxDependencies,
+    named_leaves,
     quiet_onnx_registry,
     verify_onnx,
 )
@@ -67,6 +69,30 @@ def test_a_copy_that_differs_only_under_export_is_a_mismatch(monkeypatch):
     result = verify_onnx("llama", package="onnx_perturbed_llama")
     assert result.failure == "mismatch", result.summary
     assert all(record.max_diff == pytest.approx(1e-3, abs=ONNX_MAX_ABS_DIFF) for record in result.cases)
+
+
+def test_bare_tensor_and_tuple_outputs_are_named_under_output():
+    tensor = torch.zeros(2)
+    assert list(named_leaves(tensor, OUTPUT_NAMES)) == ["output"]
+    assert list(named_leaves((tensor, tensor), OUTPUT_NAMES)) == ["output.0", "output.1"]
+    assert list(named_leaves({"logits": tensor, "cache": [tensor]}, OUTPUT_NAMES)) == ["logits", "present.0"]
+
+
+def test_a_model_whose_output_is_a_bare_tensor_through_onnx(monkeypatch):
+    """FlavaImageCodebook returns a tensor, not a ModelOutput (so do vocoders and some vision towers); its ONNX
+    output is named `output`. The package holds transformers' own class, as if generated unchanged."""
+    import generated  # noqa: F401  registers the cache pytree nodes, which `build_pair` requires
+    from transformers.models.flava import modeling_flava
+
+    module = types.ModuleType("onnx_bare_output.flava.modeling_flava")
+    module.FlavaImageCodebook = modeling_flava.FlavaImageCodebook
+    for name in ("onnx_bare_output", "onnx_bare_output.flava"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "onnx_bare_output.flava.modeling_flava", module)
+    result = verify_onnx("flava_image_codebook", package="onnx_bare_output")
+    assert result.ok, result.summary
+    assert result.output_names == {"forward": ["output"]}
+    assert len(result.cases) == 3 and result.max_diff <= ONNX_MAX_ABS_DIFF
 
 
 def test_a_model_failure_is_a_result_not_an_exception():
