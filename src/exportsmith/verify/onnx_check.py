@@ -199,7 +199,10 @@ def quiet_onnx_registry():
 
 
 def export_onnx(model: torch.nn.Module, example: dict, dynamic_shapes: dict) -> "torch.onnx.ONNXProgram":
-    """`model` at `example` through `torch.onnx.export(dynamo=True)`, with check's dynamic dims."""
+    """`model` at `example` through `torch.onnx.export(dynamo=True)`, with check's dynamic dims and the translations
+    of `onnx_translations` (transformers' MoE `grouped_mm_fallback`)."""
+    from exportsmith.verify.onnx_translations import translation_table  # needs onnxscript: the `onnx` extra
+
     with quiet_onnx_registry():
         return torch.onnx.export(
             with_named_inputs(model, example),
@@ -207,6 +210,7 @@ def export_onnx(model: torch.nn.Module, example: dict, dynamic_shapes: dict) -> 
             kwargs=example,
             dynamo=True,
             dynamic_shapes=dynamic_shapes,
+            custom_translation_table=translation_table(),
             verbose=False,
             report=False,
         )
