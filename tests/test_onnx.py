@@ -2,9 +2,10 @@
 
 Skipped as a whole without the `onnx` extra (`pip install 'exportsmith[onnx]'`). Covers: the generated llama end to
 end at every evaluation case with readable graph input/output names; that a copy which differs only under export is
-reported as a mismatch; that a model's failure comes back as a result; the error naming the extra when a package is
-missing; and one encoder (bert), which is exported from the ORIGINAL `transformers.BertModel`, since exportsmith
-generates nothing for bert yet.
+reported as a mismatch; a model whose output is a bare tensor (named `output`); that a model's failure comes back as
+a result; a mixture-of-experts decoder (mixtral) end to end, and the ONNX translation of its experts op
+(`onnx_translations`) against the op itself; the error naming the extra when a package is missing; and one encoder
+(bert), which is exported from the ORIGINAL `transformers.BertModel`, since exportsmith generates nothing for bert yet.
 """
 
 import re
@@ -25,7 +26,9 @@ from transformers import BertConfig, BertModel  # noqa: E402
 from exportsmith.verify.inputs import DECODE_CASES, PREFILL_CASES  # noqa: E402
 from exportsmith.verify.onnx_check import (  # noqa: E402
     ONNX_MAX_ABS_DIFF,
+    OUTPUT_NAMES,
     MissingOnnxDependencies,
+    named_leaves,
     quiet_onnx_registry,
     verify_onnx,
 )
@@ -67,6 +70,79 @@ def test_a_copy_that_differs_only_under_export_is_a_mismatch(monkeypatch):
     result = verify_onnx("llama", package="onnx_perturbed_llama")
     assert result.failure == "mismatch", result.summary
     assert all(record.max_diff == pytest.approx(1e-3, abs=ONNX_MAX_ABS_DIFF) for record in result.cases)
+
+
+def test_bare_tensor_and_tuple_outputs_are_named_under_output():
+    tensor = torch.zeros(2)
+    assert list(named_leaves(tensor, OUTPUT_NAMES)) == ["output"]
+    assert list(named_leaves((tensor, tensor), OUTPUT_NAMES)) == ["output.0", "output.1"]
+    assert list(named_leaves({"logits": tensor, "cache": [tensor]}, OUTPUT_NAMES)) == ["logits", "present.0"]
+
+
+def test_a_model_whose_output_is_a_bare_tensor_through_onnx(monkeypatch):
+    """FlavaImageCodebook returns a tensor, not a ModelOutput (so do vocoders and some vision towers); its ONNX
+    output is named `output`. The package holds transformers' own class, as if generated unchanged."""
+    import generated  # noqa: F401  registers the cache pytree nodes, which `build_pair` requires
+    from transformers.models.flava import modeling_flava
+
+    module = types.ModuleType("onnx_bare_output.flava.modeling_flava")
+    module.FlavaImageCodebook = modeling_flava.FlavaImageCodebook
+    for name in ("onnx_bare_output", "onnx_bare_output.flava"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "onnx_bare_output.flava.modeling_flava", module)
+    result = verify_onnx("flava_image_codebook", package="onnx_bare_output")
+    assert result.ok, result.summary
+    assert result.output_names == {"forward": ["output"]}
+    assert len(result.cases) == 3 and result.max_diff <= ONNX_MAX_ABS_DIFF
+
+
+def test_moe_decoder_mixtral_through_onnx_matches_eager_at_every_case():
+    """The experts of mixtral (transformers' default `grouped_mm` implementation) run the custom op
+    `transformers::grouped_mm_fallback` under export, which ONNX gets from `onnx_translations`."""
+    result = verify_onnx("mixtral")
+    assert result.ok, result.summary
+    assert {record.program for record in result.cases} == {"decode", "prefill"}
+    assert len(result.cases) == len(DECODE_CASES) + len(PREFILL_CASES)
+
+
+class GroupedMatmul(torch.nn.Module):
+    def __init__(self, weight: torch.Tensor):
+        super().__init__()
+        self.weight = torch.nn.Parameter(weight)
+
+    def forward(self, rows: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+        return torch.ops.transformers.grouped_mm_fallback(rows, self.weight, offs)
+
+
+def test_grouped_mm_fallback_translation_matches_the_op_for_any_routing():
+    """Exported once, run in ONNX Runtime with other token counts and expert offsets: experts with no rows, all rows
+    to one expert, and rows past the last offset (which the op leaves zero)."""
+    import transformers.integrations.moe  # noqa: F401  registers the op
+
+    from exportsmith.verify.onnx_translations import translation_table
+
+    generator = torch.Generator().manual_seed(0)
+    model = GroupedMatmul(torch.randn(4, 8, 6, generator=generator)).eval()
+    example = (torch.randn(6, 8, generator=generator), torch.tensor([1, 3, 5, 6], dtype=torch.int32))
+    with quiet_onnx_registry():
+        program = torch.onnx.export(
+            model,
+            example,
+            dynamo=True,
+            dynamic_shapes=({0: torch.export.Dim.DYNAMIC}, None),
+            custom_translation_table=translation_table(),
+            verbose=False,
+        )
+    session = onnxruntime.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    for count, offs in ((6, [1, 3, 5, 6]), (5, [0, 0, 5, 5]), (7, [2, 2, 4, 4]), (1, [0, 1, 1, 1]), (3, [0, 0, 0, 0])):
+        rows = torch.randn(count, 8, generator=generator)
+        offs = torch.tensor(offs, dtype=torch.int32)
+        with torch.no_grad():
+            expected = model(rows, offs).numpy()
+        (actual,) = session.run(None, {"rows": rows.numpy(), "offs": offs.numpy()})
+        assert actual.shape == expected.shape == (count, 6)
+        assert np.abs(actual - expected).max() <= ONNX_MAX_ABS_DIFF, offs
+        assert not actual[int(offs[-1]) :].any()
 
 
 def test_a_model_failure_is_a_result_not_an_exception():

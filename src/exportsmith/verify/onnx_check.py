@@ -58,6 +58,10 @@ FAILURE_KINDS = ("build", "onnx-export-error", "ort-error", "mismatch")
 INPUT_NAMES = {"cache": "past", "past_key_values": "past"}
 OUTPUT_NAMES = {"cache": "present", "past_key_values": "present"}
 
+# The name of a model output that is a bare tensor (vocoders, codebooks, some vision towers), or the prefix of a
+# tuple output's items.
+ROOT_NAME = "output"
+
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # torch.onnx colours its error messages
 
 
@@ -195,7 +199,10 @@ def quiet_onnx_registry():
 
 
 def export_onnx(model: torch.nn.Module, example: dict, dynamic_shapes: dict) -> "torch.onnx.ONNXProgram":
-    """`model` at `example` through `torch.onnx.export(dynamo=True)`, with check's dynamic dims."""
+    """`model` at `example` through `torch.onnx.export(dynamo=True)`, with check's dynamic dims and the translations
+    of `onnx_translations` (transformers' MoE `grouped_mm_fallback`)."""
+    from exportsmith.verify.onnx_translations import translation_table  # needs onnxscript: the `onnx` extra
+
     with quiet_onnx_registry():
         return torch.onnx.export(
             with_named_inputs(model, example),
@@ -203,14 +210,19 @@ def export_onnx(model: torch.nn.Module, example: dict, dynamic_shapes: dict) -> 
             kwargs=example,
             dynamo=True,
             dynamic_shapes=dynamic_shapes,
+            custom_translation_table=translation_table(),
             verbose=False,
             report=False,
         )
 
 
 def readable_name(path: pytree.KeyPath, top_level: dict[str, str]) -> str:
-    """`['cache'].layers[0].keys` -> `past.layers.0.keys` (with top_level {"cache": "past"})."""
-    parts = []
+    """`['cache'].layers[0].keys` -> `past.layers.0.keys` (with top_level {"cache": "past"}).
+
+    A path that starts without a name (the empty path of a bare tensor output, or the index of a tuple's item) is
+    named under ROOT_NAME: `output`, `output.0`, ...
+    """
+    parts = [] if path and isinstance(path[0], (pytree.MappingKey, pytree.GetAttrKey)) else [ROOT_NAME]
     for key in path:
         if isinstance(key, pytree.MappingKey):
             parts.append(str(key.key))
