@@ -95,7 +95,7 @@ def test_the_guard_log_leaves_the_shape_env_logger_as_it_was():
     assert (logger.level, logger.propagate, list(logger.handlers), logger.isEnabledFor(logging.INFO)) == before
 
 
-SOURCE = '''\
+SOURCE = """\
 def f(x, n):
     if n > 1:
         pass
@@ -111,7 +111,7 @@ def f(x, n):
     if (n > 6) if n else n < 7:
         pass
     return torch.cat([x, x])
-'''
+"""
 
 
 @pytest.mark.parametrize(

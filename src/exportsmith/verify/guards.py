@@ -123,7 +123,9 @@ def innermost_site(frame: types.FrameType | None, packages: tuple[str, ...]) -> 
     while frame is not None:
         path = package_path(frame.f_code.co_filename, packages)
         if path is not None:
-            return Site(frame.f_code.co_filename, frame.f_lineno, instruction_column(frame), f"{path}:{frame.f_lineno}")
+            return Site(
+                frame.f_code.co_filename, frame.f_lineno, instruction_column(frame), f"{path}:{frame.f_lineno}"
+            )
         frame = frame.f_back
     return None
 
