@@ -55,6 +55,7 @@ def test_a_guard_rejected_program_names_the_branch_that_made_the_guard():
         "branch": True,
     }
     assert result.record()["guard"] == result.guard
+    assert result.summary.endswith(f"at {where} (if: if x.shape[0] >= 8:)")
 
 
 def test_a_refused_dynamic_dim_names_the_elif_that_pins_it():

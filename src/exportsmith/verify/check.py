@@ -135,6 +135,8 @@ class VerifyResult:
     def summary(self) -> str:
         if not self.ok:
             where = f" at {self.location}" if self.location else ""
+            if self.guard and self.guard["line"]:
+                where += f" ({self.guard['construct']}: {self.guard['line']})"
             return f"{self.model_type}: FAIL {self.failure}: {self.message}{where}"
         seconds = ", ".join(f"{program} {s:.1f}s" for program, s in self.export_seconds.items())
         return f"{self.model_type}: ok max|diff|={self.max_diff:.3g} ({seconds})"
