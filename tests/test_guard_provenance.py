@@ -75,6 +75,26 @@ def test_a_guard_made_by_an_operation_is_not_a_branch():
     assert result.guard["construct"] == "statement" and not result.guard["branch"]
 
 
+def test_a_size_refused_by_a_derived_range_names_the_guard_it_came_from():
+    def inputs(x, y):
+        seeded = torch.Generator().manual_seed
+        return lambda: {"x": torch.randn(x, 4, generator=seeded(x)), "y": torch.randn(y, 4, generator=seeded(y))}
+
+    program = Program("forward", (Case("3-4", 3, 0, 0, inputs(3, 4)), Case("7-1", 7, 0, 0, inputs(7, 1))))
+    model = fixture_module().ShortPair().eval()
+    references = {(program.name, case.name): run(model, case) for case in program.cases}
+    result = check_programs(VerifyResult("fixture", "original"), model, [program], references, PACKAGES)
+    assert result.failure == "guard-rejected" and "x.size()[0] <= 6" in result.message, result.summary
+    assert result.guard["case"] == "7-1"
+    # the guard itself, which holds at (7, 1) (sympy orders the terms)
+    assert result.guard["guard"] in (
+        "L['x'].size()[0] + L['y'].size()[0] <= 8",
+        "L['y'].size()[0] + L['x'].size()[0] <= 8",
+    )
+    assert result.location == f"guard_models/shape_tests.py:{line_of('if x.shape[0] + y.shape[0] <= 8:')}"
+    assert result.guard["construct"] == "if"
+
+
 def test_a_program_that_passes_every_case_has_no_failing_guard():
     module = fixture_module()
     program = program_of((10, 9, 12))

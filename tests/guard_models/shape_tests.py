@@ -30,3 +30,13 @@ class TrimmedBatch(torch.nn.Module):
 
     def forward(self, x):
         return x[: x.shape[0] - 5].sum(0)
+
+
+class ShortPair(torch.nn.Module):
+    """Exported at lengths (3, 4), the branch guards `len(x) + len(y) <= 8`; with `len(y) >= 2` (every dynamic dim's
+    range) torch derives `len(x) <= 6`, so the program refuses (7, 1), where the guard itself holds."""
+
+    def forward(self, x, y):
+        if x.shape[0] + y.shape[0] <= 8:
+            return x.sum(0) + y.sum(0)
+        return x.sum(0) - y.sum(0)

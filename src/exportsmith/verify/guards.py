@@ -17,8 +17,9 @@ How the line is found, without parsing messages:
   test of an `if`, `elif`, `while`, conditional expression (`ternary`), comprehension condition, `assert`, the
   iterable of a `for`, or any other `statement`.
 
-It reports nothing (None) when the failing guard is not one of the ShapeEnv's (a runtime assertion inside the graph,
-an input tree that does not match) or was made outside the named packages.
+It reports nothing (None) when no guard of the ShapeEnv explains the rejection (a runtime assertion inside the
+graph, an input tree that does not match), and a guard with no location (construct "outside") when torch added it
+with no frame of the named packages on the stack (while making fake inputs of a view, say).
 """
 
 import ast
@@ -30,9 +31,11 @@ import sys
 import types
 from dataclasses import dataclass
 
+import sympy
 import torch
 from torch.export.exported_program import _get_shape_env
 from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP, ShapeGuardPythonPrinter
+from torch.utils._sympy.value_ranges import bound_sympy
 
 from exportsmith.verify.errors import USER_PACKAGES, package_path
 
@@ -41,6 +44,7 @@ SHAPE_ENV_LOGGER = "torch.fx.experimental.symbolic_shapes"
 GUARD_ADDED = "[guard added]"
 # the constructs whose test decides which code runs: a guard made there is a branch baked into the program
 BRANCHES = ("if", "elif", "while", "ternary", "comprehension")
+OUTSIDE = "outside"  # the construct of a guard added with no frame of the named packages on the stack
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,7 @@ class GuardSource:
     case: str
     location: str | None  # None when no frame of the named packages was on the stack
     line: str  # the source line, stripped
-    construct: str  # see `construct_at`
+    construct: str  # see `construct_at`; OUTSIDE when no frame of the named packages was on the stack
 
     @property
     def branch(self) -> bool:
@@ -145,29 +149,60 @@ def instruction_column(frame: types.FrameType) -> int | None:
 def guard_source(
     program: torch.export.ExportedProgram, log: GuardLog, cases: list[tuple[str, dict]]
 ) -> GuardSource | None:
-    """The first guard of `program`'s ShapeEnv that is false on the inputs of the first case (name, kwargs) where
-    one is, with where `log` saw it added; None if every guard holds at every case."""
+    """The guard of `program`'s ShapeEnv that the first case (name, kwargs) it rejects fails, with where `log` saw it
+    added; None if no guard explains a rejection.
+
+    A case fails a guard itself (the first false one, in the order the program checks them), or only the range torch
+    derived for an input size from a guard and the other sizes' ranges (`keys + new <= 8` with `new >= 2` gives
+    `keys <= 6`: a case with keys 7 and new 1 passes the guard but not the range): then the guard reported is the
+    first that cannot hold with that input's value whatever the other sizes in their ranges."""
     shape_env = _get_shape_env(program.graph_module)
     if shape_env is None:
         return None
     # the printer and namespace torch itself uses for the program's guard function (exported_program.py, _unlift.py)
     printer = ShapeGuardPythonPrinter(shape_env.var_to_sources, lambda source: source.name, shape_env.var_to_sources)
     namespace = {**SYMPY_INTERP, "math": math, "inf": math.inf}
+
+    def evaluate(code: str, inputs: dict):
+        return eval(code, namespace, {"L": inputs})
+
     for name, inputs in cases:
         for guard in shape_env.guards:
             try:
                 code = printer.doprint(guard.expr)
-                holds = bool(eval(code, namespace, {"L": inputs}))
+                holds = bool(evaluate(code, inputs))
             except Exception:  # a guard on weights ("L['self']") or on a symbol with no input source
                 continue
             if not holds:
                 return describe(code, name, log.sites.get(str(guard.expr)))
+        values = {}  # the case's value of each input size the program checks a range of
+        for symbol in program.range_constraints:
+            for source in shape_env.var_to_sources.get(symbol, ()):
+                try:
+                    values[symbol] = int(evaluate(source.name, inputs))
+                    break
+                except Exception:
+                    continue
+        ranges = program.range_constraints
+        outside = {symbol for symbol, value in values.items() if not in_checked_range(value, ranges[symbol])}
+        for guard in shape_env.guards:
+            for symbol in sorted(outside & guard.expr.free_symbols, key=str):
+                pinned = guard.expr.xreplace({symbol: values[symbol]})
+                bounds = {other: shape_env.var_to_range[other] for other in pinned.free_symbols}
+                if bound_sympy(pinned, bounds).upper == sympy.false:  # false for every admissible other size
+                    return describe(printer.doprint(guard.expr), name, log.sites.get(str(guard.expr)))
     return None
 
 
+def in_checked_range(value: int, bounds) -> bool:
+    """Whether an exported program accepts `value` for a size of range `bounds`: within it, except that a lower bound
+    of 2 (every dynamic dim's) is not checked (torch.export._unlift._get_input_guards_for_graph)."""
+    return bool((value >= bounds.lower or bounds.lower <= 2) and value <= bounds.upper)
+
+
 def describe(guard: str, case: str, site: Site | None) -> GuardSource:
-    if site is None:
-        return GuardSource(guard, case, None, "", "unknown")
+    if site is None:  # no frame of the named packages on the stack: torch added it alone (making fake inputs, say)
+        return GuardSource(guard, case, None, "", OUTSIDE)
     line = linecache.getline(site.filename, site.lineno).strip()
     return GuardSource(guard, case, site.location, line, construct_at(site.filename, site.lineno, site.col))
 
