@@ -85,3 +85,32 @@ def test_long_reasons_are_cut_and_pipes_escaped():
     cell = coverage.markdown_cell({"status": "mismatch", "reason": "a|b " + "x" * 300, "location": None})
     assert cell.startswith("**mismatch**: a\\|b ") and cell.endswith("…")
     assert len(cell) < 140
+
+
+def test_a_guard_failure_shows_the_guard_line_and_whether_it_is_a_branch():
+    guard = {
+        "guard": "L['x'].size()[0] >= 8",
+        "case": "batch1-text5",
+        "location": "transformers/models/a/modeling_a.py:7",
+        "line": "if x.shape[0] >= 8 or y | z:",
+        "construct": "if",
+        "branch": True,
+    }
+    found = record("guard-rejected", "Guard failed: x.size()[0] >= 8", guard["location"])
+    found["details"]["guard"] = guard
+    entry = coverage.cell(found)
+    assert entry["guard"] == {key: guard[key] for key in ("guard", "line", "construct", "branch")}
+    assert "guard" not in coverage.cell(record("export-error", "E"))  # other cells keep their three keys
+    assert coverage.markdown_cell(entry) == (
+        "**guard-rejected**: Guard failed: x.size()[0] >= 8 `transformers/models/a/modeling_a.py:7`"
+        " (if: `if x.shape[0] >= 8 or y \\| z:`)"
+    )
+
+
+def test_retry_and_models_select_the_records_to_check_again():
+    line = {"model_type": "opt", "status": "guard-rejected"}
+    assert coverage.forgotten(line, ["guard-rejected"], [])
+    assert coverage.forgotten(line, [], ["opt"])
+    assert coverage.forgotten(line, ["guard-rejected"], ["opt", "vits"])
+    assert not coverage.forgotten(line, ["export-error"], ["opt"])
+    assert not coverage.forgotten(line, [], ["vits"])

@@ -4,6 +4,7 @@
     python tools/coverage.py --fresh         # forget earlier sweep records and start over
     python tools/coverage.py --render-only   # rewrite the table from the records already in the work directory
     python tools/coverage.py --retry build eager timeout   # check again the model types recorded with these statuses
+    python tools/coverage.py --models opt vits --columns generated   # check again these model types only
 
 Steps: `exportsmith generate --all` into `build/coverage/generated`; then, for each subject of
 `exportsmith.verify.check.SUBJECTS` (the original with no help, the original through transformers' DynamoExporter,
@@ -13,7 +14,8 @@ appended to `build/coverage/<subject>.jsonl` as they come, so an interrupted run
 torch.export (the others are `skipped`: ONNX export is built on it); last, `generated/COVERAGE.md` and
 `generated/COVERAGE.json`: one row per model type, a column each with its failure class, totals on top, versions,
 date and this command. The JSON holds no timings, so the same transformers, torch and
-code give the same file apart from the date.
+code give the same file apart from the date. A failure caused by a shape guard (guard-rejected, or a dynamic dim the
+code pins) also names the guard's line and whether it is a branch's test (`verify.guards`).
 """
 
 import argparse
@@ -37,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "python tools/coverage.py"
 TIMEOUT = 300.0  # seconds per model and subject
 REASON_WIDTH = 110  # characters of a failure's first line shown in the table
+GUARD_LINE_WIDTH = 70  # characters of a guard's source line shown in the table
 REASON_KEPT = 600  # characters of a failure's reason kept in COVERAGE.json (the sweep records hold it whole)
 ONNX = "onnx"
 COLUMNS = (*SUBJECTS, ONNX)
@@ -62,6 +65,11 @@ def sweep_column(column: str, model_types: list[str], work: Path, package: Path,
     print(f"swept {column} in {time.perf_counter() - started:.0f} s", file=sys.stderr)
 
 
+def forgotten(record: dict, statuses: list[str], models: list[str]) -> bool:
+    """Whether --retry STATUS... and --models MODEL_TYPE... (both when both are given) select a record."""
+    return (not statuses or record["status"] in statuses) and (not models or record["model_type"] in models)
+
+
 def cell(record: dict | None) -> dict:
     """The committed part of one column's record of one model type."""
     if record is None:
@@ -70,7 +78,11 @@ def cell(record: dict | None) -> dict:
     reason = record["reason"]
     if len(reason) > REASON_KEPT:
         reason = reason[: REASON_KEPT - 1] + "…"
-    return {"status": record["status"], "reason": reason, "location": details.get("location")}
+    entry = {"status": record["status"], "reason": reason, "location": details.get("location")}
+    guard = details.get("guard")
+    if guard:  # only failures a shape guard explains carry one (the other cells keep their three keys)
+        entry["guard"] = {key: guard[key] for key in ("guard", "line", "construct", "branch")}
+    return entry
 
 
 def moves(records: dict[str, dict[str, dict]], ablations: dict[str, dict[str, dict]], model_types: list[str]) -> dict:
@@ -133,6 +145,11 @@ def markdown_cell(entry: dict) -> str:
     if entry["status"] == "not-run":
         return "not run"
     where = f" `{entry['location']}`" if entry["location"] else ""
+    guard = entry.get("guard")
+    if guard and guard["line"]:
+        line = guard["line"] if len(guard["line"]) <= GUARD_LINE_WIDTH else guard["line"][: GUARD_LINE_WIDTH - 1] + "…"
+        line = line.replace("|", "\\|")
+        where += f" ({guard['construct']}: `{line}`)"
     return f"**{entry['status']}**: {short(entry['reason'])}{where}"
 
 
@@ -197,12 +214,22 @@ def main() -> int:
     parser.add_argument("--fresh", action="store_true", help="forget the sweep records of the work directory")
     parser.add_argument("--render-only", action="store_true", help="only rewrite the table from existing records")
     parser.add_argument("--retry", nargs="+", default=[], metavar="STATUS", help="forget records with these statuses")
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=[],
+        metavar="MODEL_TYPE",
+        help="sweep only these model types, forgetting their records",
+    )
     parser.add_argument("--columns", nargs="+", default=list(COLUMNS), choices=COLUMNS, help="the columns to sweep")
     parser.add_argument("--jobs", type=int, default=JOBS)
     parser.add_argument("--timeout", type=float, default=TIMEOUT, help="seconds per model type and subject")
     args = parser.parse_args()
 
     model_types = sorted(CONFIG_MAPPING_NAMES)
+    unknown = sorted(set(args.models) - set(model_types))
+    if unknown:
+        parser.error(f"not model types of transformers {transformers.__version__}: {', '.join(unknown)}")
     package = args.work / "generated"
     args.work.mkdir(parents=True, exist_ok=True)
     if not args.render_only:
@@ -210,13 +237,13 @@ def main() -> int:
             work = args.work / f"{column}.jsonl"
             if args.fresh:
                 work.unlink(missing_ok=True)
-            elif args.retry:
-                kept = [line for line in recorded(work).values() if line["status"] not in args.retry]
+            elif args.retry or args.models:
+                kept = [line for line in recorded(work).values() if not forgotten(line, args.retry, args.models)]
                 work.write_text("".join(json.dumps(line) + "\n" for line in kept))
         if {"generated", ONNX} & set(args.columns):
             generate_all(package)
         for column in args.columns:
-            sweep_column(column, model_types, args.work, package, args.jobs, args.timeout)
+            sweep_column(column, args.models or model_types, args.work, package, args.jobs, args.timeout)
     records = {column: recorded(args.work / f"{column}.jsonl") for column in COLUMNS}
     ablations = {
         path.stem.removeprefix("without-"): recorded(path) for path in sorted(args.work.glob("without-*.jsonl"))

@@ -22,6 +22,12 @@ export-error (exception type, first line, and the innermost frame of transformer
 mismatch (the program disagrees with eager at its own example); silent-specialisation (it agrees at the example and
 disagrees at another shape: exported, and wrong); guard-rejected (it refuses another shape); save-load (the first
 program saved and loaded disagrees or fails).
+
+A guard-rejected program, and an export refused because the code pins a dim declared dynamic ("Constraints
+violated"), carry the guard at fault and the line that made it (`guards.guard_source`: location, line text, and
+whether the line is a branch's test) in `VerifyResult.guard`; its location is the result's location. The refused
+export is explained by exporting the program again with those dims left to torch (`Dim.AUTO`) and finding the
+guard that fails at one of the program's other cases.
 """
 
 import importlib
@@ -41,6 +47,7 @@ from transformers import DynamicCache
 from transformers.utils import ModelOutput
 
 from exportsmith.verify.errors import first_line, user_location
+from exportsmith.verify.guards import GuardLog, guard_source
 from exportsmith.verify.inputs import DECODE_CASES, PREFILL_CASES, cache_keyword, case_inputs, output_cache
 from exportsmith.verify.shapes import dynamic_shapes_like, with_named_inputs
 from exportsmith.verify.tasks import AUDIO_LAYOUTS, EXAMPLE, InputShape, config_for, dummy_inputs, model_class
@@ -117,6 +124,7 @@ class VerifyResult:
     failure: str | None = None
     message: str = ""
     location: str | None = None
+    guard: dict | None = None  # a guard failure's provenance (guards.GuardSource.record())
 
     @property
     def max_diff(self) -> float | None:
@@ -127,6 +135,8 @@ class VerifyResult:
     def summary(self) -> str:
         if not self.ok:
             where = f" at {self.location}" if self.location else ""
+            if self.guard and self.guard["line"]:
+                where += f" ({self.guard['construct']}: {self.guard['line']})"
             return f"{self.model_type}: FAIL {self.failure}: {self.message}{where}"
         seconds = ", ".join(f"{program} {s:.1f}s" for program, s in self.export_seconds.items())
         return f"{self.model_type}: ok max|diff|={self.max_diff:.3g} ({seconds})"
@@ -141,6 +151,7 @@ class VerifyResult:
             "failure": self.failure,
             "message": self.message,
             "location": self.location,
+            "guard": self.guard,
             "eager_identical": self.eager_identical,
             "cases": [asdict(case) for case in self.cases],
         }
@@ -178,12 +189,22 @@ def verify_model(model_type: str, package: str = "generated", subject: str = "ge
         except Exception as error:
             return result.fail("eager-mismatch", str(error))
     result.eager_identical = generated is not None
+    return check_programs(result, subject_model, programs, references, where)
 
-    exported, export_errors = {}, []
+
+def check_programs(
+    result: VerifyResult, model: torch.nn.Module, programs: list[Program], references: dict, where: tuple[str, ...]
+) -> VerifyResult:
+    """Export each program of `model` the way `result.subject` does, run it at its cases against `references`
+    ((program, case) -> eager output), save and load the first; the verdict goes in `result`, frames of the packages
+    `where` names locate failures."""
+    subject, subject_model = result.subject, model
+    exported, export_errors, guard_logs = {}, [], {}
     for program in programs:
         try:
             started = time.perf_counter()
-            exported[program.name] = export_subject(subject, subject_model, program)
+            with GuardLog(where) as guard_logs[program.name]:
+                exported[program.name] = export_subject(subject, subject_model, program)
             result.export_seconds[program.name] = time.perf_counter() - started
             runnable = runnable_of(exported[program.name])
         except Exception as error:
@@ -198,7 +219,12 @@ def verify_model(model_type: str, package: str = "generated", subject: str = "ge
             result.cases.append(record)
     if export_errors:
         message = "; ".join(f"{name}: {first_line(error)}" for name, error in export_errors)
-        return result.fail("export-error", message, user_location(export_errors[0][1], where))
+        name, error = export_errors[0]
+        if is_constraint_violation(error) and subject != "dynamo-exporter":
+            program = next(p for p in programs if p.name == name)
+            result.guard = pinned_dim_guard(subject_model, program, where)
+        location = user_location(error, where) or (result.guard or {}).get("location")
+        return result.fail("export-error", message, location)
     # A wrong result is worse than a refused input: report mismatches first.
     wrong = [r for r in result.cases if r.max_diff is not None and not r.max_diff <= MAX_ABS_DIFF]
     if wrong:
@@ -207,7 +233,12 @@ def verify_model(model_type: str, package: str = "generated", subject: str = "ge
         return result.fail(kind, "; ".join(f"{r.program} {r.name}: max|diff|={r.max_diff:.3g}" for r in wrong))
     rejected = [r for r in result.cases if r.error is not None]
     if rejected:
-        return result.fail("guard-rejected", "; ".join(f"{r.program} {r.name}: {r.error}" for r in rejected))
+        if not hasattr(exported[rejected[0].program], "save_pretrained"):  # an ExportedProgram
+            program = next(p for p in programs if p.name == rejected[0].program)
+            cases = [c for c in program.cases if any((r.program, r.name) == (program.name, c.name) for r in rejected)]
+            result.guard = rejected_guard(exported[program.name], guard_logs[program.name], cases)
+        message = "; ".join(f"{r.program} {r.name}: {r.error}" for r in rejected)
+        return result.fail("guard-rejected", message, (result.guard or {}).get("location"))
     try:
         program = programs[0]
         case = program.cases[1 if len(program.cases) > 1 else 0]
@@ -469,6 +500,38 @@ def export_subject(subject: str, model: torch.nn.Module, program: Program):
 def export_program(model: torch.nn.Module, example: dict, dynamic_shapes: dict) -> torch.export.ExportedProgram:
     model = with_named_inputs(model, example)
     return torch.export.export(model, (), example, dynamic_shapes=dynamic_shapes, strict=False)
+
+
+def is_constraint_violation(error: BaseException) -> bool:
+    """Export refused a dim declared dynamic that the code pins (torch's UserError of CONSTRAINT_VIOLATION)."""
+    from torch._dynamo.exc import UserError, UserErrorType
+
+    return isinstance(error, UserError) and error.error_type == UserErrorType.CONSTRAINT_VIOLATION
+
+
+def rejected_guard(exported: torch.export.ExportedProgram, log: GuardLog, cases: list[Case]) -> dict | None:
+    """The guard of `exported` that the first of `cases` fails, with the line that made it (None if not found)."""
+    try:
+        found = guard_source(exported, log, [(case.name, case.inputs()) for case in cases])
+    except Exception:
+        return None
+    return found.record() if found is not None else None
+
+
+def pinned_dim_guard(model: torch.nn.Module, program: Program, packages: tuple[str, ...]) -> dict | None:
+    """The guard that pins a dim `program` declares dynamic: export it again with every dynamic dim left to torch
+    (Dim.AUTO specialises where the code does, instead of failing), and find the guard one of the other cases fails."""
+    dims = pytree.tree_map(
+        lambda dim: torch.export.Dim.AUTO if dim is torch.export.Dim.DYNAMIC else dim,
+        varying_dims(program),
+        is_leaf=lambda node: node is None,
+    )
+    try:
+        with GuardLog(packages) as log:
+            relaxed = export_program(model, program.cases[0].inputs(), dims)
+    except Exception:
+        return None
+    return rejected_guard(relaxed, log, list(program.cases[1:]))
 
 
 def runnable_of(exported):

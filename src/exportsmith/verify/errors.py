@@ -24,11 +24,19 @@ def user_location(error: BaseException, packages: tuple[str, ...] = USER_PACKAGE
     while error is not None and id(error) not in seen:
         seen.add(id(error))
         for frame in traceback.extract_tb(error.__traceback__):
-            parts = Path(frame.filename).parts
-            for package in packages:
-                if package in parts:
-                    index = len(parts) - 1 - parts[::-1].index(package)
-                    found = f"{Path(*parts[index:]).as_posix()}:{frame.lineno}"
-                    break
+            path = package_path(frame.filename, packages)
+            if path is not None:
+                found = f"{path}:{frame.lineno}"
         error = error.__cause__ or error.__context__
     return found
+
+
+def package_path(filename: str, packages: tuple[str, ...] = USER_PACKAGES) -> str | None:
+    """`package/.../file.py` of a file inside one of `packages` (the last directory of that name on its path, so a
+    checkout named `transformers` holding `src/transformers` gives the package's path), None for any other file."""
+    parts = Path(filename).parts
+    for package in packages:
+        if package in parts[:-1]:
+            index = len(parts) - 1 - parts[:-1][::-1].index(package) - 1
+            return Path(*parts[index:]).as_posix()
+    return None

@@ -165,7 +165,9 @@ def check_export(model_type: str, subject: str, package: str, path: str | None =
         "reason": result.message,
         "model_class": result.model_class,
         "details": {
-            key: value for key, value in result.record().items() if key in ("location", "eager_identical", "cases")
+            key: value
+            for key, value in result.record().items()
+            if key in ("location", "guard", "eager_identical", "cases")
         },
     }
 
