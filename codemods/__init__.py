@@ -8,6 +8,7 @@ from .export_early_return import ExportEarlyReturn
 from .moe_expert_loop import MoeExpertLoop
 from .pad_to_min_length import PadToMinLength
 from .sliding_window_cache import SlidingWindowCache
+from .tensor_len import TensorLen
 from .vmap_masks import VmapMasks
 
 ALL_CODEMODS: tuple[type[Codemod], ...] = (
@@ -15,6 +16,7 @@ ALL_CODEMODS: tuple[type[Codemod], ...] = (
     SlidingWindowCache,
     PadToMinLength,
     ConvOutputTail,
+    TensorLen,
     ExportEarlyReturn,
     MoeExpertLoop,
     CondBranches,

@@ -1,0 +1,192 @@
+"""The length of a freshly concatenated tensor is read from its shape under export.
+
+Why: `len(tensor)` must return a Python int, so torch.export (non-strict) turns the symbolic first size into the
+example's value and specialises it: the RT-DETR decoder family (rt_detr, rt_detr_v2, d_fine, deimv2, pp_doclayout_v3,
+... copied by modular) takes `batch_size = len(source_flatten)` after `source_flatten = torch.cat(source_flatten, 1)`,
+and exporting with a dynamic batch fails with `Constraints violated (L['pixel_values'].size()[0])`.
+`X.shape[0]` is the same size, kept symbolic.
+
+What it rewrites: in a function of a module that does `import torch`, a statement `N = len(X)` (`len` the builtin,
+`X` a name) whose block binds `X = torch.cat(...)` (or `torch.concat`, `torch.concatenate`, `torch.stack`, by
+qualified name) earlier, with no statement in between naming `X`, and `X` named in no nested function, lambda or
+`global`/`nonlocal` of the function. Then `X` is that result when `len` runs: a new tensor of at least one dimension
+(torch.cat and torch.stack refuse 0-d inputs and return at least 1-d), so `len(X)` is `X.shape[0]`
+(`Tensor.__len__` returns `self.shape[0]` for every tensor of one dimension or more). Export takes
+`N = X.shape[0]`; eager keeps the original statement in the `else` arm.
+
+What it refuses (left unchanged, with a finding): such a `len(X)` of a name the function binds from one of those
+calls, when the binding is not in the same block before it, when a statement in between names `X`, when `X` is named
+in a nested function, lambda or `global`/`nonlocal`, and in a module that does not `import torch`. `len` of other
+names (lists, tuples, dicts) is not a candidate.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
+
+from .base import Codemod
+
+# Calls whose result is a new tensor of at least one dimension
+CONCATENATIONS = ("torch.cat", "torch.concat", "torch.concatenate", "torch.stack")
+EXPORTING = m.Call(
+    func=m.Attribute(value=m.Attribute(value=m.Name("torch"), attr=m.Name("compiler")), attr=m.Name("is_exporting"))
+)
+LEN_ASSIGN = m.SimpleStatementLine(
+    body=[
+        m.Assign(
+            targets=[m.AssignTarget(target=m.Name())],
+            value=m.Call(func=m.Name("len"), args=[m.Arg(value=m.Name(), keyword=None, star="")]),
+        )
+    ]
+)
+# `X = <call>`: a binding whose call may be a concatenation
+CALL_ASSIGN = m.SimpleStatementLine(
+    body=[m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Call(func=m.Attribute() | m.Name()))]
+)
+
+EXPORT_TEMPLATE = """
+if torch.compiler.is_exporting():
+    # len() of a tensor is a Python int: torch.export would specialise this size to the example's
+    {count} = {tensor}.shape[0]
+else:
+    pass
+"""
+
+
+def _counted(stmt: cst.SimpleStatementLine) -> str:
+    """`X` of `N = len(X)`"""
+    return stmt.body[0].value.args[0].value.value
+
+
+def _bound(stmt: cst.CSTNode) -> str | None:
+    """`X` of `X = <call>`"""
+    return stmt.body[0].targets[0].target.value if m.matches(stmt, CALL_ASSIGN) else None
+
+
+def _names(node: cst.CSTNode) -> set[str]:
+    return {name.value for name in m.findall(node, m.Name())}
+
+
+class _Candidates(cst.CSTVisitor):
+    """Every `N = len(X)` statement of a function, with its block, its index there, the innermost function and its
+    qualname (`Class.method`)."""
+
+    def __init__(self) -> None:
+        self.scopes: list[str] = []
+        self.functions: list[cst.FunctionDef] = []
+        self.found: list[tuple[cst.SimpleStatementLine, list[cst.BaseStatement], int, cst.FunctionDef, str]] = []
+        self.rewritten: set[int] = set()  # ids of the `else` arms of export twins this codemod added (a second run)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.scopes.append(node.name.value)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self.scopes.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.append(node.name.value)
+        self.functions.append(node)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.scopes.pop()
+        self.functions.pop()
+
+    def visit_If(self, node: cst.If) -> None:
+        if m.matches(node.test, EXPORTING) and isinstance(node.orelse, cst.Else):
+            self.rewritten.add(id(node.orelse.body))
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        if not self.functions or id(node) in self.rewritten:
+            return
+        for index, stmt in enumerate(node.body):
+            if m.matches(stmt, LEN_ASSIGN):
+                self.found.append((stmt, node.body, index, self.functions[-1], ".".join(self.scopes)))
+
+
+class _Replace(cst.CSTTransformer):
+    def __init__(self, replacements: dict[cst.SimpleStatementLine, cst.If]) -> None:
+        self.replacements = replacements
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.BaseStatement:
+        return self.replacements.get(original_node, updated_node)
+
+
+class TensorLen(Codemod):
+    NAME = "tensor-len"
+    DESCRIPTION = (
+        "len() of a tensor just built by torch.cat/torch.stack is its shape[0] under export, so the size stays "
+        "symbolic instead of being specialised to the example's."
+    )
+
+    @classmethod
+    def might_apply(cls, source: str) -> bool:
+        return "len(" in source and ("cat(" in source or "stack(" in source or "concat" in source)
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        candidates = _Candidates()
+        tree.visit(candidates)
+        if not candidates.found:
+            return tree
+        wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
+        resolved = wrapper.resolve(QualifiedNameProvider)
+
+        def qualified(node: cst.CSTNode) -> set[str]:
+            value = resolved.get(node, ())
+            return {name.name for name in (value() if callable(value) else value)}
+
+        def concatenates(stmt: cst.CSTNode, name: str) -> bool:
+            return _bound(stmt) == name and bool(qualified(stmt.body[0].value.func) & set(CONCATENATIONS))
+
+        imports_torch = any(
+            m.matches(
+                stmt, m.SimpleStatementLine(body=[m.Import(names=[m.ImportAlias(m.Name("torch"), asname=None)])])
+            )
+            for stmt in tree.body
+        )
+        positions = None
+        replacements = {}
+        for stmt, block, index, function, construct in candidates.found:
+            if qualified(stmt.body[0].value.func) != {"builtins.len"}:
+                continue
+            tensor = _counted(stmt)
+            # a candidate only where the function makes `X` a concatenation somewhere
+            if not any(concatenates(found, tensor) for found in m.findall(function.body, CALL_ASSIGN)):
+                continue
+            reason = self._refusal(stmt, block, index, function, tensor, concatenates, imports_torch)
+            positions = positions or wrapper.resolve(PositionProvider)
+            line = positions[stmt].start.line
+            if reason is not None:
+                self.report(line, "refused", construct, reason)
+                continue
+            replacements[stmt] = self._rewrite(stmt)
+            self.report(line, "rewritten", construct, f"len({tensor}) is {tensor}.shape[0] under export")
+        return tree.visit(_Replace(replacements)) if replacements else tree
+
+    @staticmethod
+    def _refusal(stmt, block, index, function, tensor, concatenates, imports_torch) -> str | None:
+        earlier = [j for j in range(index) if tensor in _names(block[j])]
+        if not earlier or not concatenates(block[earlier[-1]], tensor):
+            if earlier and any(concatenates(block[j], tensor) for j in earlier):
+                return f"a statement between the concatenation and the len() names `{tensor}`"
+            return f"`{tensor}` is not bound by a concatenation earlier in the same block"
+        nested = m.findall(function.body, m.FunctionDef() | m.Lambda() | m.Global() | m.Nonlocal())
+        if any(tensor in _names(node) for node in nested):
+            return f"`{tensor}` is named in a nested function, lambda or global/nonlocal"
+        if not imports_torch:
+            return "the module does not `import torch`"
+        return None
+
+    @staticmethod
+    def _rewrite(stmt: cst.SimpleStatementLine) -> cst.If:
+        count = stmt.body[0].targets[0].target.value
+        choice = cst.parse_statement(EXPORT_TEMPLATE.format(count=count, tensor=_counted(stmt)))
+        return choice.with_changes(
+            leading_lines=stmt.leading_lines,
+            orelse=choice.orelse.with_changes(
+                body=choice.orelse.body.with_changes(body=[stmt.with_changes(leading_lines=())])
+            ),
+        )
