@@ -7,9 +7,12 @@ engine can run it over hundreds of files and summarise.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import contextlib
+import re
+from dataclasses import dataclass, field, fields
 
 import libcst as cst
+from libcst._nodes.internal import CodegenState
 from libcst.codemod import Codemod as LibcstCodemod
 
 # transformers' line length (ruff, black): emitted code is laid out to it, so a patch passes its style checks.
@@ -121,6 +124,41 @@ class StatementCodes:
             old_end, new_end = old_end - 1, new_end - 1
         old_middle = "".join(self.code(old, stmt) for stmt in old.body[start:old_end])
         return old_middle != "".join(self.code(new, stmt) for stmt in new.body[start:new_end])
+
+
+# What libcst's PositionProvider counts as a line break
+_NEWLINE = re.compile(r"\r\n?|\n")
+
+
+@dataclass
+class _NodeLineState(CodegenState):
+    """A plain code generation that notes the line where each node of `kinds` starts as it prints it: the line
+    libcst's PositionProvider gives as the node's start, without that provider's bookkeeping at every node."""
+
+    kinds: tuple[type, ...] = ()
+    lines: dict[int, int] = field(default_factory=dict)  # id(node) -> 1-based line in the printed code
+    _line: int = 1
+    _counted: int = 0  # tokens already counted into `_line`
+
+    def record_syntactic_position(self, node, *, start_node=None, end_node=None):
+        if isinstance(node, self.kinds):
+            for token in self.tokens[self._counted :]:
+                if "\n" in token or "\r" in token:
+                    self._line += len(_NEWLINE.findall(token))
+            self._counted = len(self.tokens)
+            self.lines[id(node)] = self._line
+        return contextlib.nullcontext()
+
+
+def statement_node_lines(
+    module: cst.Module, stmt: cst.CSTNode, kinds: tuple[type, ...]
+) -> tuple[str, dict[int, int]]:
+    """The code of a top-level statement of `module` (`module.code_for_node(stmt)`) and id(node) -> the line (1 for
+    the statement's first line, leading blank lines and comments included) where each node of `kinds` in it starts,
+    from one printing."""
+    state = _NodeLineState(default_indent=module.default_indent, default_newline=module.default_newline, kinds=kinds)
+    stmt._codegen(state)
+    return "".join(state.tokens), state.lines
 
 
 def top_level_lines(module: cst.Module) -> dict[int, int]:
