@@ -59,6 +59,10 @@ class Codemod(LibcstCodemod):
         codes = self.context.scratch.get(StatementCodes.SCRATCH_KEY)
         return codes.code(module, stmt) if codes is not None else module.code_for_node(stmt)
 
+    def top_level_lines(self, module: cst.Module) -> dict[int, int]:
+        """`top_level_lines(module)`, printing through the engine's `StatementCodes`."""
+        return top_level_lines(module, lambda stmt: self.statement_code(module, stmt))
+
     def remember_statement_code(self, module: cst.Module, stmt: cst.CSTNode, code: str) -> None:
         """Gives the engine's `StatementCodes` the code of a top-level statement the codemod printed itself."""
         codes = self.context.scratch.get(StatementCodes.SCRATCH_KEY)
@@ -161,9 +165,11 @@ def statement_node_lines(
     return "".join(state.tokens), state.lines
 
 
-def top_level_lines(module: cst.Module) -> dict[int, int]:
+def top_level_lines(module: cst.Module, code=None) -> dict[int, int]:
     """id(statement) -> the 1-based line of its first token (after decorators: the `def`/`class` line), for the
-    module's top-level statements. Cheaper than resolving position metadata over the whole tree."""
+    module's top-level statements. Cheaper than resolving position metadata over the whole tree. `code` prints a
+    statement (default `module.code_for_node`; `Codemod.statement_code` shares the engine's printing)."""
+    code = code if code is not None else module.code_for_node
     lines = {}
     line = 1 + len(module.header)
     for stmt in module.body:
@@ -171,7 +177,7 @@ def top_level_lines(module: cst.Module) -> dict[int, int]:
         if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
             start += sum(1 + len(d.leading_lines) for d in stmt.decorators) + len(stmt.lines_after_decorators)
         lines[id(stmt)] = start
-        line += module.code_for_node(stmt).count("\n")
+        line += code(stmt).count("\n")
     return lines
 
 
