@@ -7,10 +7,13 @@ engine can run it over hundreds of files and summarise.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import contextlib
+import re
+from dataclasses import dataclass, field, fields
 
 import libcst as cst
 import libcst.matchers as m
+from libcst._nodes.internal import CodegenState
 from libcst.codemod import Codemod as LibcstCodemod
 
 # transformers' line length (ruff, black): emitted code is laid out to it, so a patch passes its style checks.
@@ -56,6 +59,10 @@ class Codemod(LibcstCodemod):
         shares one (so a statement the engine prints later is printed once)."""
         codes = self.context.scratch.get(StatementCodes.SCRATCH_KEY)
         return codes.code(module, stmt) if codes is not None else module.code_for_node(stmt)
+
+    def top_level_lines(self, module: cst.Module) -> dict[int, int]:
+        """`top_level_lines(module)`, printing through the engine's `StatementCodes`."""
+        return top_level_lines(module, lambda stmt: self.statement_code(module, stmt))
 
     def remember_statement_code(self, module: cst.Module, stmt: cst.CSTNode, code: str) -> None:
         """Gives the engine's `StatementCodes` the code of a top-level statement the codemod printed itself."""
@@ -124,9 +131,46 @@ class StatementCodes:
         return old_middle != "".join(self.code(new, stmt) for stmt in new.body[start:new_end])
 
 
-def top_level_lines(module: cst.Module) -> dict[int, int]:
+# What libcst's PositionProvider counts as a line break
+_NEWLINE = re.compile(r"\r\n?|\n")
+
+
+@dataclass
+class _NodeLineState(CodegenState):
+    """A plain code generation that notes the line where each node of `kinds` starts as it prints it: the line
+    libcst's PositionProvider gives as the node's start, without that provider's bookkeeping at every node."""
+
+    kinds: tuple[type, ...] = ()
+    lines: dict[int, int] = field(default_factory=dict)  # id(node) -> 1-based line in the printed code
+    _line: int = 1
+    _counted: int = 0  # tokens already counted into `_line`
+
+    def record_syntactic_position(self, node, *, start_node=None, end_node=None):
+        if isinstance(node, self.kinds):
+            for token in self.tokens[self._counted :]:
+                if "\n" in token or "\r" in token:
+                    self._line += len(_NEWLINE.findall(token))
+            self._counted = len(self.tokens)
+            self.lines[id(node)] = self._line
+        return contextlib.nullcontext()
+
+
+def statement_node_lines(
+    module: cst.Module, stmt: cst.CSTNode, kinds: tuple[type, ...]
+) -> tuple[str, dict[int, int]]:
+    """The code of a top-level statement of `module` (`module.code_for_node(stmt)`) and id(node) -> the line (1 for
+    the statement's first line, leading blank lines and comments included) where each node of `kinds` in it starts,
+    from one printing."""
+    state = _NodeLineState(default_indent=module.default_indent, default_newline=module.default_newline, kinds=kinds)
+    stmt._codegen(state)
+    return "".join(state.tokens), state.lines
+
+
+def top_level_lines(module: cst.Module, code=None) -> dict[int, int]:
     """id(statement) -> the 1-based line of its first token (after decorators: the `def`/`class` line), for the
-    module's top-level statements. Cheaper than resolving position metadata over the whole tree."""
+    module's top-level statements. Cheaper than resolving position metadata over the whole tree. `code` prints a
+    statement (default `module.code_for_node`; `Codemod.statement_code` shares the engine's printing)."""
+    code = code if code is not None else module.code_for_node
     lines = {}
     line = 1 + len(module.header)
     for stmt in module.body:
@@ -134,7 +178,7 @@ def top_level_lines(module: cst.Module) -> dict[int, int]:
         if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
             start += sum(1 + len(d.leading_lines) for d in stmt.decorators) + len(stmt.lines_after_decorators)
         lines[id(stmt)] = start
-        line += module.code_for_node(stmt).count("\n")
+        line += code(stmt).count("\n")
     return lines
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from .base import EXPORTING, Codemod, ReplaceNodes, export_twin, imports_torch, top_level_lines
+from .base import EXPORTING, Codemod, ReplaceNodes, child_nodes, export_twin, imports_torch
 
 # Names the export arm binds: refused where the function already uses them
 EXPORT_NAMES = ("conv_length", "last_positions")
@@ -71,33 +71,29 @@ def _tail_slice(states: str) -> m.SimpleStatementLine:
     )
 
 
-def _functions(tree: cst.Module):
-    """(function, `Class.method` or function name, line of its top-level statement) for every def, nested or not."""
-    lines = top_level_lines(tree)
+def _candidate_functions(tree: cst.Module) -> list[tuple[cst.FunctionDef, str, int]]:
+    """(function, `Class.method` or function name, index of its top-level statement) for every def, nested or not,
+    that holds an assignment from `update_conv_state` (in itself or in a nested def), in source order: one walk of
+    the fields, no visitor."""
+    found: list[list] = []  # [function, dotted name, top-level index, holds an update]
 
-    class Collect(cst.CSTVisitor):
-        def __init__(self) -> None:
-            self.scopes: list[str] = []
-            self.line = 0
-            self.found: list[tuple[cst.FunctionDef, str, int]] = []
+    def walk(node: cst.CSTNode, scopes: list[str], enclosing: list[list], index: int) -> None:
+        if type(node) is cst.Assign and m.matches(node, UPDATE_CONV_STATE):
+            for entry in enclosing:
+                entry[3] = True
+        if isinstance(node, cst.ClassDef):
+            scopes = [*scopes, node.name.value]
+        elif isinstance(node, cst.FunctionDef):
+            scopes = [*scopes, node.name.value]
+            entry = [node, ".".join(scopes), index, False]
+            found.append(entry)
+            enclosing = [*enclosing, entry]
+        for child in child_nodes(node):
+            walk(child, scopes, enclosing, index)
 
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            if id(node) in lines:
-                self.line = lines[id(node)]
-            if isinstance(node, cst.ClassDef):
-                self.scopes.append(node.name.value)
-            if isinstance(node, cst.FunctionDef):
-                self.scopes.append(node.name.value)
-                self.found.append((node, ".".join(self.scopes), self.line))
-            return True
-
-        def on_leave(self, original_node: cst.CSTNode) -> None:
-            if isinstance(original_node, (cst.ClassDef, cst.FunctionDef)):
-                self.scopes.pop()
-
-    collect = Collect()
-    tree.visit(collect)
-    return collect.found
+    for index, stmt in enumerate(tree.body):
+        walk(stmt, [], [], index)
+    return [(function, name, index) for function, name, index, holds in found if holds]
 
 
 class ConvOutputTail(Codemod):
@@ -114,7 +110,9 @@ class ConvOutputTail(Codemod):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         has_torch = imports_torch(tree)
         replacements = {}
-        for function, construct, line in _functions(tree):
+        rewritten_statements = set()  # indexes of the top-level statements that hold a replaced slice
+        lines = None  # of the top-level statements, printed only when there is something to report
+        for function, construct, index in _candidate_functions(tree):
             assigned = {node.targets[0].target.value for node in m.findall(function.body, UPDATE_CONV_STATE)}
             # a slice already in the eager arm of this rewrite (a second run), or seen in an enclosing def, is done
             done = {id(stmt) for branch in m.findall(function.body, EXPORT_CHOICE) for stmt in branch.orelse.body.body}
@@ -133,13 +131,23 @@ class ConvOutputTail(Codemod):
                 reason = f"the function already uses `{'`, `'.join(taken)}`"
             elif not has_torch:
                 reason = "the module does not `import torch`"
+            lines = lines if lines is not None else self.top_level_lines(tree)
+            line = lines[id(tree.body[index])]
             for stmt in tails:
                 if reason is not None:
                     self.report(line, "refused", construct, reason)
                     continue
                 replacements[stmt] = self._rewrite(stmt)
+                rewritten_statements.add(index)
                 self.report(line, "rewritten", construct, "keeps the last positions of the conv by index under export")
-        return tree.visit(ReplaceNodes(replacements)) if replacements else tree
+        if not replacements:
+            return tree
+        # Only the statements that hold a replaced slice are rebuilt; the others stay the same objects
+        body = [
+            stmt.visit(ReplaceNodes(replacements)) if index in rewritten_statements else stmt
+            for index, stmt in enumerate(tree.body)
+        ]
+        return tree.with_changes(body=body)
 
     @staticmethod
     def _rewrite(stmt: cst.SimpleStatementLine) -> cst.If:

@@ -32,9 +32,8 @@ from __future__ import annotations
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper, PositionProvider
 
-from .base import EXPORTING, LINE_LENGTH, Codemod, export_twin, imports_torch
+from .base import EXPORTING, LINE_LENGTH, Codemod, child_nodes, export_twin, imports_torch, statement_node_lines
 
 # `torch.greater(M.sum(...), 0).nonzero()`
 EXPERTS_HIT = m.Call(
@@ -370,18 +369,38 @@ class MoeExpertLoop(Codemod):
         return ".nonzero()" in source and "index_add_" in source
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        if not m.findall(tree, m.Assign(value=EXPERTS_HIT)):
+        # Only a top-level statement that binds the experts hit can hold a loop to rewrite: the others are neither
+        # visited nor rebuilt (the engine then prints them once), and line numbers come from printing the candidates
+        candidates = {index for index, stmt in enumerate(tree.body) if _binds_experts_hit(stmt)}
+        if not candidates:
             return tree
-        positions = MetadataWrapper(tree, unsafe_skip_copy=True).resolve(PositionProvider)
-        rewriter = _Rewriter(self, positions, imports_torch(tree))
-        rewritten = tree.visit(rewriter)
-        return rewritten if rewriter.twins else tree
+        has_torch = imports_torch(tree)
+        body, changed, line = list(tree.body), False, 1 + len(tree.header)
+        for index, stmt in enumerate(tree.body[: max(candidates) + 1]):
+            if index not in candidates:
+                line += self.statement_code(tree, stmt).count("\n")
+                continue
+            code, loop_lines = statement_node_lines(tree, stmt, (cst.For,))
+            self.remember_statement_code(tree, stmt, code)
+            rewriter = _Rewriter(self, {key: line - 1 + value for key, value in loop_lines.items()}, has_torch)
+            line += code.count("\n")
+            new = stmt.visit(rewriter)
+            if rewriter.twins:
+                body[index], changed = new, True
+        return tree.with_changes(body=body) if changed else tree
+
+
+def _binds_experts_hit(node: cst.CSTNode) -> bool:
+    """Whether `node` holds an assignment `H = torch.greater(M.sum(...), 0).nonzero()` (a walk of the fields)."""
+    if type(node) is cst.Assign and m.matches(node.value, EXPERTS_HIT):
+        return True
+    return any(_binds_experts_hit(child) for child in child_nodes(node))
 
 
 class _Rewriter(cst.CSTTransformer):
-    def __init__(self, codemod: MoeExpertLoop, positions, imports_torch: bool):
+    def __init__(self, codemod: MoeExpertLoop, loop_lines: dict[int, int], imports_torch: bool):
         super().__init__()
-        self.codemod, self.positions, self.imports_torch = codemod, positions, imports_torch
+        self.codemod, self.loop_lines, self.imports_torch = codemod, loop_lines, imports_torch
         self.classes: list[tuple[frozenset[str], frozenset[str]]] = []
         self.functions: list[cst.FunctionDef] = []
         self.twins: dict[int, cst.If] = {}  # id(original For) -> its replacement
@@ -434,7 +453,7 @@ class _Rewriter(cst.CSTTransformer):
             self._rewrite(stmt, mask)
 
     def _rewrite(self, loop: cst.For, mask: str) -> None:
-        line = self.positions[loop].start.line
+        line = self.loop_lines[id(loop)]  # the line of its `for`
         construct = f"for {loop.target.value} in {_one_line(loop.iter)}"
         parameters, module_lists = self.classes[-1] if self.classes else (frozenset(), frozenset())
         matched = _Loop(loop, mask, parameters, module_lists)
