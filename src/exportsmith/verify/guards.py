@@ -175,19 +175,20 @@ def guard_source(
                 continue
             if not holds:
                 return describe(code, name, log.sites.get(str(guard.expr)))
-        values = {}  # the case's value of each input size the program checks a range of
-        for symbol in program.range_constraints:
-            for source in shape_env.var_to_sources.get(symbol, ()):
-                try:
-                    values[symbol] = int(evaluate(source.name, inputs))
-                    break
-                except Exception:
-                    continue
-        ranges = program.range_constraints
-        outside = {symbol for symbol, value in values.items() if not in_checked_range(value, ranges[symbol])}
+        # the input sizes outside the range the program checks, by the symbol each was made with (the range is its
+        # replacement's: `5*s11` for a size export found to be five times another)
+        outside = {}
+        for source_name, symbol in shape_env.source_to_var.items():
+            bounds = program.range_constraints.get(shape_env.replace(symbol))
+            try:
+                value = int(evaluate(source_name, inputs)) if bounds is not None else None
+            except Exception:
+                continue
+            if value is not None and not in_checked_range(value, bounds):
+                outside[symbol] = value
         for guard in shape_env.guards:
-            for symbol in sorted(outside & guard.expr.free_symbols, key=str):
-                pinned = guard.expr.xreplace({symbol: values[symbol]})
+            for symbol in sorted(outside.keys() & guard.expr.free_symbols, key=str):
+                pinned = guard.expr.xreplace({symbol: outside[symbol]})
                 bounds = {other: shape_env.var_to_range[other] for other in pinned.free_symbols}
                 if bound_sympy(pinned, bounds).upper == sympy.false:  # false for every admissible other size
                     return describe(printer.doprint(guard.expr), name, log.sites.get(str(guard.expr)))
