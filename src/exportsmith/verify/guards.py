@@ -24,6 +24,7 @@ with no frame of the named packages on the stack (while making fake inputs of a 
 
 import ast
 import functools
+import itertools
 import linecache
 import logging
 import math
@@ -135,14 +136,13 @@ def innermost_site(frame: types.FrameType | None, packages: tuple[str, ...]) -> 
 
 
 def instruction_column(frame: types.FrameType) -> int | None:
-    """The start column of the frame's current instruction (the test being evaluated, on a branch's line)."""
-    if frame.f_lasti < 0:
+    """The start column of the frame's current instruction (the test being evaluated, on a branch's line); None
+    before Python 3.11, which keeps no columns."""
+    positions = getattr(frame.f_code, "co_positions", None)
+    if positions is None or frame.f_lasti < 0:
         return None
-    positions = list(frame.f_code.co_positions())  # one entry per 2-byte code unit
-    index = frame.f_lasti // 2
-    if index >= len(positions):
-        return None
-    lineno, _, col, _ = positions[index]
+    # one entry per 2-byte code unit
+    lineno, _, col, _ = next(itertools.islice(positions(), frame.f_lasti // 2, None), (None, None, None, None))
     return col if lineno == frame.f_lineno else None
 
 
