@@ -105,6 +105,11 @@ def test_a_guard_failure_shows_the_guard_line_and_whether_it_is_a_branch():
         "**guard-rejected**: Guard failed: x.size()[0] >= 8 `transformers/models/a/modeling_a.py:7`"
         " (if: `if x.shape[0] >= 8 or y \\| z:`)"
     )
+    outside = {**entry, "location": None, "guard": {**entry["guard"], "line": "", "construct": "outside"}}
+    assert coverage.markdown_cell(outside) == (
+        "**guard-rejected**: Guard failed: x.size()[0] >= 8 (guard `L['x'].size()[0] >= 8` added by torch outside the"
+        " model's code)"
+    )
 
 
 def test_retry_and_models_select_the_records_to_check_again():

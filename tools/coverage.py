@@ -150,6 +150,8 @@ def markdown_cell(entry: dict) -> str:
         line = guard["line"] if len(guard["line"]) <= GUARD_LINE_WIDTH else guard["line"][: GUARD_LINE_WIDTH - 1] + "…"
         line = line.replace("|", "\\|")
         where += f" ({guard['construct']}: `{line}`)"
+    elif guard:  # no frame of the model's code was on the stack (torch made fake inputs, say)
+        where += f" (guard `{short(guard['guard'])}` added by torch outside the model's code)"
     return f"**{entry['status']}**: {short(entry['reason'])}{where}"
 
 

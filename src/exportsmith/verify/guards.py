@@ -24,6 +24,7 @@ with no frame of the named packages on the stack (while making fake inputs of a 
 
 import ast
 import functools
+import itertools
 import linecache
 import logging
 import math
@@ -135,14 +136,13 @@ def innermost_site(frame: types.FrameType | None, packages: tuple[str, ...]) -> 
 
 
 def instruction_column(frame: types.FrameType) -> int | None:
-    """The start column of the frame's current instruction (the test being evaluated, on a branch's line)."""
-    if frame.f_lasti < 0:
+    """The start column of the frame's current instruction (the test being evaluated, on a branch's line); None
+    before Python 3.11, which keeps no columns."""
+    positions = getattr(frame.f_code, "co_positions", None)
+    if positions is None or frame.f_lasti < 0:
         return None
-    positions = list(frame.f_code.co_positions())  # one entry per 2-byte code unit
-    index = frame.f_lasti // 2
-    if index >= len(positions):
-        return None
-    lineno, _, col, _ = positions[index]
+    # one entry per 2-byte code unit
+    lineno, _, col, _ = next(itertools.islice(positions(), frame.f_lasti // 2, None), (None, None, None, None))
     return col if lineno == frame.f_lineno else None
 
 
@@ -175,19 +175,20 @@ def guard_source(
                 continue
             if not holds:
                 return describe(code, name, log.sites.get(str(guard.expr)))
-        values = {}  # the case's value of each input size the program checks a range of
-        for symbol in program.range_constraints:
-            for source in shape_env.var_to_sources.get(symbol, ()):
-                try:
-                    values[symbol] = int(evaluate(source.name, inputs))
-                    break
-                except Exception:
-                    continue
-        ranges = program.range_constraints
-        outside = {symbol for symbol, value in values.items() if not in_checked_range(value, ranges[symbol])}
+        # the input sizes outside the range the program checks, by the symbol each was made with (the range is its
+        # replacement's: `5*s11` for a size export found to be five times another)
+        outside = {}
+        for source_name, symbol in shape_env.source_to_var.items():
+            bounds = program.range_constraints.get(shape_env.replace(symbol))
+            try:
+                value = int(evaluate(source_name, inputs)) if bounds is not None else None
+            except Exception:
+                continue
+            if value is not None and not in_checked_range(value, bounds):
+                outside[symbol] = value
         for guard in shape_env.guards:
-            for symbol in sorted(outside & guard.expr.free_symbols, key=str):
-                pinned = guard.expr.xreplace({symbol: values[symbol]})
+            for symbol in sorted(outside.keys() & guard.expr.free_symbols, key=str):
+                pinned = guard.expr.xreplace({symbol: outside[symbol]})
                 bounds = {other: shape_env.var_to_range[other] for other in pinned.free_symbols}
                 if bound_sympy(pinned, bounds).upper == sympy.false:  # false for every admissible other size
                     return describe(printer.doprint(guard.expr), name, log.sites.get(str(guard.expr)))
