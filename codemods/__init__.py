@@ -8,6 +8,7 @@ from .export_early_return import ExportEarlyReturn
 from .moe_expert_loop import MoeExpertLoop
 from .pad_to_min_length import PadToMinLength
 from .sliding_window_cache import SlidingWindowCache
+from .take_along_dim_gather import TakeAlongDimGather
 from .tensor_len import TensorLen
 from .vmap_masks import VmapMasks
 
@@ -17,6 +18,7 @@ ALL_CODEMODS: tuple[type[Codemod], ...] = (
     PadToMinLength,
     ConvOutputTail,
     TensorLen,
+    TakeAlongDimGather,
     ExportEarlyReturn,
     MoeExpertLoop,
     CondBranches,

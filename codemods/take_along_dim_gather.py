@@ -1,0 +1,209 @@
+"""`torch.take_along_dim` is a `torch.gather` under export.
+
+Why: torch 2.13's `take_along_dim` reads the sizes of its inputs as ints (`aten.size.default`), so torch.export
+(non-strict) specialises every one of them: PP-DocLayoutV2's post-processing sorts its detections with
+`torch.take_along_dim(class_ids, indices, dim=1)`, and exporting with a dynamic batch fails with
+`Constraints violated (L['pixel_values'].size()[0])`. `torch.gather` keeps the sizes symbolic.
+
+What it rewrites: in a function of a model module (`transformers.models.*`, or a file outside transformers) that
+does `import torch`, a statement `Y = torch.take_along_dim(X, I, dim=D)` (by qualified name; `D` positional or by
+keyword, `X` and `I` positional or as `input=`/`indices=`). Export takes `Y = gather_along_dim(X, I, D)`, a helper
+added to the module once, before its first class or function: it asserts (`torch._check`, so an exported program
+rejects other inputs instead of differing) that `I` has `X`'s number of dimensions and `X`'s sizes outside `D`, and
+returns `torch.gather(X, D, I)`. That is take_along_dim exactly: take_along_dim broadcasts `X` (with `I`'s size at
+`D`) and `I` against each other and gathers, and with those sizes the broadcasts are the tensors themselves. Eager
+keeps the original statement in the `else` arm.
+
+What it refuses (left unchanged, with a finding): a call without `dim` (it flattens), a call that is not the whole
+value of a one-name assignment (`return torch.take_along_dim(...)...`), a module that already defines or uses
+`gather_along_dim` otherwise, a module that does not `import torch`, and shared modules (`transformers.` outside
+`models`), whose classes must stay transformers' own.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
+
+from .base import Codemod
+
+TAKE_ALONG_DIM = "torch.take_along_dim"
+HELPER = "gather_along_dim"
+EXPORTING = m.Call(
+    func=m.Attribute(value=m.Attribute(value=m.Name("torch"), attr=m.Name("compiler")), attr=m.Name("is_exporting"))
+)
+
+HELPER_CODE = '''def gather_along_dim(input: torch.Tensor, indices: torch.Tensor, dim: int) -> torch.Tensor:
+    """`torch.take_along_dim(input, indices, dim)` for torch.export, which specialises every size take_along_dim
+    reads. With `indices` of `input`'s sizes outside `dim` (checked), take_along_dim broadcasts nothing: a gather."""
+    torch._check(indices.dim() == input.dim())
+    dim = dim % input.dim()
+    for axis in range(input.dim()):
+        if axis != dim:
+            torch._check(indices.shape[axis] == input.shape[axis])
+    return torch.gather(input, dim, indices)
+'''
+
+EXPORT_TEMPLATE = """
+if torch.compiler.is_exporting():
+    {target} = gather_along_dim({tensor}, {indices}, {dim})
+else:
+    pass
+"""
+
+
+def _arguments(call: cst.Call) -> tuple[cst.BaseExpression, cst.BaseExpression, cst.BaseExpression] | None:
+    """(X, I, D) of `take_along_dim(X, I, dim=D)` in any of its spellings, None without `dim` or with others."""
+    positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+    keywords = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
+    if any(arg.star for arg in call.args) or set(keywords) - {"input", "indices", "dim"}:
+        return None
+    names = ("input", "indices", "dim")
+    if len(positional) > 3 or any(name in keywords for name in names[: len(positional)]):
+        return None
+    values = dict(zip(names, positional)) | keywords
+    if set(values) != set(names) or m.matches(values["dim"], m.Name("None")):
+        return None
+    return values["input"], values["indices"], values["dim"]
+
+
+class _Candidates(cst.CSTVisitor):
+    """Every statement of a function holding a call of something named `take_along_dim`, with the function's
+    qualname (`Class.method`); statements in the eager arm of an export twin (a second run) are left out."""
+
+    def __init__(self) -> None:
+        self.scopes: list[str] = []
+        self.depth = 0
+        self.found: list[tuple[cst.SimpleStatementLine, str]] = []
+        self.rewritten: set[int] = set()
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.scopes.append(node.name.value)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self.scopes.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.append(node.name.value)
+        self.depth += 1
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.scopes.pop()
+        self.depth -= 1
+
+    def visit_If(self, node: cst.If) -> None:
+        if m.matches(node.test, EXPORTING) and isinstance(node.orelse, cst.Else):
+            self.rewritten.update(id(stmt) for stmt in node.orelse.body.body)
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        if (
+            self.depth
+            and id(node) not in self.rewritten
+            and m.findall(node, m.Call(func=m.Attribute(attr=m.Name("take_along_dim")) | m.Name("take_along_dim")))
+        ):
+            self.found.append((node, ".".join(self.scopes)))
+
+
+class _Rewrite(cst.CSTTransformer):
+    def __init__(self, replacements: dict[cst.SimpleStatementLine, cst.If], add_helper: bool) -> None:
+        self.replacements = replacements
+        self.add_helper = add_helper
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.BaseStatement:
+        return self.replacements.get(original_node, updated_node)
+
+    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
+        if not self.add_helper:
+            return updated_node
+        # before the first class or function (the rewritten statements are in one of them)
+        index = next(
+            (i for i, stmt in enumerate(original_node.body) if isinstance(stmt, (cst.ClassDef, cst.FunctionDef))),
+            len(original_node.body),
+        )
+        helper = cst.parse_statement(HELPER_CODE).with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+        body = list(updated_node.body)
+        body.insert(index, helper)
+        return updated_node.with_changes(body=body)
+
+
+class TakeAlongDimGather(Codemod):
+    NAME = "take-along-dim-gather"
+    DESCRIPTION = (
+        "Y = torch.take_along_dim(X, I, dim=D) is a torch.gather under export (after checking that I has X's sizes "
+        "outside D), which keeps the sizes symbolic where take_along_dim specialises them."
+    )
+
+    @classmethod
+    def might_apply(cls, source: str) -> bool:
+        return "take_along_dim(" in source
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        candidates = _Candidates()
+        tree.visit(candidates)
+        if not candidates.found:
+            return tree
+        wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
+        positions = wrapper.resolve(PositionProvider)
+        resolved = wrapper.resolve(QualifiedNameProvider)
+
+        def qualified(node: cst.CSTNode) -> set[str]:
+            value = resolved.get(node, ())
+            return {name.name for name in (value() if callable(value) else value)}
+
+        module = self.context.full_module_name
+        imports_torch = any(
+            m.matches(
+                stmt, m.SimpleStatementLine(body=[m.Import(names=[m.ImportAlias(m.Name("torch"), asname=None)])])
+            )
+            for stmt in tree.body
+        )
+        helpers = [stmt for stmt in tree.body if m.matches(stmt, m.FunctionDef(name=m.Name(HELPER)))]
+        ours = len(helpers) == 1 and tree.code_for_node(helpers[0]).strip() == HELPER_CODE.strip()
+        uses_name = any(name.value == HELPER for name in m.findall(tree, m.Name())) and not ours
+        replacements = {}
+        for stmt, construct in candidates.found:
+            calls = [call for call in m.findall(stmt, m.Call()) if qualified(call.func) == {TAKE_ALONG_DIM}]
+            if not calls:
+                continue
+            line = positions[stmt].start.line
+            reason = None
+            assign = m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Call())])
+            arguments = _arguments(stmt.body[0].value) if m.matches(stmt, assign) else None
+            if (
+                module is not None
+                and module.startswith("transformers.")
+                and not module.startswith("transformers.models.")
+            ):
+                reason = f"`{module}` is a shared module, whose classes must stay transformers' own"
+            elif not m.matches(stmt, assign) or stmt.body[0].value is not calls[0] or len(calls) != 1:
+                reason = "the call is not the whole value of a `Y = torch.take_along_dim(X, I, dim=D)` statement"
+            elif arguments is None:
+                reason = "the call does not give `dim` (it flattens) or has other arguments"
+            elif uses_name:
+                reason = f"the module already uses the name `{HELPER}`"
+            elif not imports_torch:
+                reason = "the module does not `import torch`"
+            if reason is not None:
+                self.report(line, "refused", construct, reason)
+                continue
+            replacements[stmt] = self._rewrite(stmt, arguments)
+            self.report(line, "rewritten", construct, "take_along_dim is a gather with checked sizes under export")
+        if not replacements:
+            return tree
+        return tree.visit(_Rewrite(replacements, add_helper=not ours))
+
+    @staticmethod
+    def _rewrite(stmt: cst.SimpleStatementLine, arguments) -> cst.If:
+        code = cst.Module(body=[]).code_for_node
+        tensor, indices, dim = (code(argument) for argument in arguments)
+        target = stmt.body[0].targets[0].target.value
+        choice = cst.parse_statement(EXPORT_TEMPLATE.format(target=target, tensor=tensor, indices=indices, dim=dim))
+        return choice.with_changes(
+            leading_lines=stmt.leading_lines,
+            orelse=choice.orelse.with_changes(
+                body=choice.orelse.body.with_changes(body=[stmt.with_changes(leading_lines=())])
+            ),
+        )
