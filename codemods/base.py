@@ -228,7 +228,8 @@ class ReplaceNodes(cst.CSTTransformer):
         self.replacements = replacements
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
-        return self.replacements.get(original_node, updated_node)
+        replacement = self.replacements.get(original_node)
+        return replacement if replacement is not None else super().on_leave(original_node, updated_node)
 
 
 # Nodes that hold only whitespace, comments and punctuation: searches for statements and expressions skip them

@@ -26,13 +26,10 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
 
-from .base import Codemod
+from .base import EXPORTING, Codemod, ReplaceNodes, export_twin, imports_torch
 
 TAKE_ALONG_DIM = "torch.take_along_dim"
 HELPER = "gather_along_dim"
-EXPORTING = m.Call(
-    func=m.Attribute(value=m.Attribute(value=m.Name("torch"), attr=m.Name("compiler")), attr=m.Name("is_exporting"))
-)
 
 HELPER_CODE = '''def gather_along_dim(input: torch.Tensor, indices: torch.Tensor, dim: int) -> torch.Tensor:
     """`torch.take_along_dim(input, indices, dim)` for torch.export, which specialises every size take_along_dim
@@ -105,15 +102,12 @@ class _Candidates(cst.CSTVisitor):
             self.found.append((node, ".".join(self.scopes)))
 
 
-class _Rewrite(cst.CSTTransformer):
-    def __init__(self, replacements: dict[cst.SimpleStatementLine, cst.If], add_helper: bool) -> None:
-        self.replacements = replacements
-        self.add_helper = add_helper
+class _Rewrite(ReplaceNodes):
+    """The replacements, and the helper function once per module."""
 
-    def leave_SimpleStatementLine(
-        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
-    ) -> cst.BaseStatement:
-        return self.replacements.get(original_node, updated_node)
+    def __init__(self, replacements: dict[cst.SimpleStatementLine, cst.If], add_helper: bool) -> None:
+        super().__init__(replacements)
+        self.add_helper = add_helper
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if not self.add_helper:
@@ -154,12 +148,7 @@ class TakeAlongDimGather(Codemod):
             return {name.name for name in (value() if callable(value) else value)}
 
         module = self.context.full_module_name
-        imports_torch = any(
-            m.matches(
-                stmt, m.SimpleStatementLine(body=[m.Import(names=[m.ImportAlias(m.Name("torch"), asname=None)])])
-            )
-            for stmt in tree.body
-        )
+        has_torch = imports_torch(tree)
         helpers = [stmt for stmt in tree.body if m.matches(stmt, m.FunctionDef(name=m.Name(HELPER)))]
         ours = len(helpers) == 1 and tree.code_for_node(helpers[0]).strip() == HELPER_CODE.strip()
         uses_name = any(name.value == HELPER for name in m.findall(tree, m.Name())) and not ours
@@ -184,7 +173,7 @@ class TakeAlongDimGather(Codemod):
                 reason = "the call does not give `dim` (it flattens) or has other arguments"
             elif uses_name:
                 reason = f"the module already uses the name `{HELPER}`"
-            elif not imports_torch:
+            elif not has_torch:
                 reason = "the module does not `import torch`"
             if reason is not None:
                 self.report(line, "refused", construct, reason)
@@ -200,10 +189,5 @@ class TakeAlongDimGather(Codemod):
         code = cst.Module(body=[]).code_for_node
         tensor, indices, dim = (code(argument) for argument in arguments)
         target = stmt.body[0].targets[0].target.value
-        choice = cst.parse_statement(EXPORT_TEMPLATE.format(target=target, tensor=tensor, indices=indices, dim=dim))
-        return choice.with_changes(
-            leading_lines=stmt.leading_lines,
-            orelse=choice.orelse.with_changes(
-                body=choice.orelse.body.with_changes(body=[stmt.with_changes(leading_lines=())])
-            ),
-        )
+        template = EXPORT_TEMPLATE.format(target=target, tensor=tensor, indices=indices, dim=dim)
+        return export_twin(template, [stmt], stmt.leading_lines)

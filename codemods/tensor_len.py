@@ -26,13 +26,10 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
 
-from .base import Codemod
+from .base import EXPORTING, Codemod, ReplaceNodes, export_twin, imports_torch
 
 # Calls whose result is a new tensor of at least one dimension
 CONCATENATIONS = ("torch.cat", "torch.concat", "torch.concatenate", "torch.stack")
-EXPORTING = m.Call(
-    func=m.Attribute(value=m.Attribute(value=m.Name("torch"), attr=m.Name("compiler")), attr=m.Name("is_exporting"))
-)
 LEN_ASSIGN = m.SimpleStatementLine(
     body=[
         m.Assign(
@@ -105,16 +102,6 @@ class _Candidates(cst.CSTVisitor):
                 self.found.append((stmt, node.body, index, self.functions[-1], ".".join(self.scopes)))
 
 
-class _Replace(cst.CSTTransformer):
-    def __init__(self, replacements: dict[cst.SimpleStatementLine, cst.If]) -> None:
-        self.replacements = replacements
-
-    def leave_SimpleStatementLine(
-        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
-    ) -> cst.BaseStatement:
-        return self.replacements.get(original_node, updated_node)
-
-
 class TensorLen(Codemod):
     NAME = "tensor-len"
     DESCRIPTION = (
@@ -141,12 +128,7 @@ class TensorLen(Codemod):
         def concatenates(stmt: cst.CSTNode, name: str) -> bool:
             return _bound(stmt) == name and bool(qualified(stmt.body[0].value.func) & set(CONCATENATIONS))
 
-        imports_torch = any(
-            m.matches(
-                stmt, m.SimpleStatementLine(body=[m.Import(names=[m.ImportAlias(m.Name("torch"), asname=None)])])
-            )
-            for stmt in tree.body
-        )
+        has_torch = imports_torch(tree)
         positions = None
         replacements = {}
         for stmt, block, index, function, construct in candidates.found:
@@ -156,7 +138,7 @@ class TensorLen(Codemod):
             # a candidate only where the function makes `X` a concatenation somewhere
             if not any(concatenates(found, tensor) for found in m.findall(function.body, CALL_ASSIGN)):
                 continue
-            reason = self._refusal(stmt, block, index, function, tensor, concatenates, imports_torch)
+            reason = self._refusal(stmt, block, index, function, tensor, concatenates, has_torch)
             positions = positions or wrapper.resolve(PositionProvider)
             line = positions[stmt].start.line
             if reason is not None:
@@ -164,10 +146,10 @@ class TensorLen(Codemod):
                 continue
             replacements[stmt] = self._rewrite(stmt)
             self.report(line, "rewritten", construct, f"len({tensor}) is {tensor}.shape[0] under export")
-        return tree.visit(_Replace(replacements)) if replacements else tree
+        return tree.visit(ReplaceNodes(replacements)) if replacements else tree
 
     @staticmethod
-    def _refusal(stmt, block, index, function, tensor, concatenates, imports_torch) -> str | None:
+    def _refusal(stmt, block, index, function, tensor, concatenates, has_torch) -> str | None:
         earlier = [j for j in range(index) if tensor in _names(block[j])]
         if not earlier or not concatenates(block[earlier[-1]], tensor):
             if earlier and any(concatenates(block[j], tensor) for j in earlier):
@@ -176,17 +158,11 @@ class TensorLen(Codemod):
         nested = m.findall(function.body, m.FunctionDef() | m.Lambda() | m.Global() | m.Nonlocal())
         if any(tensor in _names(node) for node in nested):
             return f"`{tensor}` is named in a nested function, lambda or global/nonlocal"
-        if not imports_torch:
+        if not has_torch:
             return "the module does not `import torch`"
         return None
 
     @staticmethod
     def _rewrite(stmt: cst.SimpleStatementLine) -> cst.If:
         count = stmt.body[0].targets[0].target.value
-        choice = cst.parse_statement(EXPORT_TEMPLATE.format(count=count, tensor=_counted(stmt)))
-        return choice.with_changes(
-            leading_lines=stmt.leading_lines,
-            orelse=choice.orelse.with_changes(
-                body=choice.orelse.body.with_changes(body=[stmt.with_changes(leading_lines=())])
-            ),
-        )
+        return export_twin(EXPORT_TEMPLATE.format(count=count, tensor=_counted(stmt)), [stmt], stmt.leading_lines)
