@@ -11,8 +11,9 @@ What it rewrites: in a function of a module that does `import torch`, a statemen
 qualified name) earlier, with no statement in between naming `X`, and `X` named in no nested function, lambda or
 `global`/`nonlocal` of the function. Then `X` is that result when `len` runs: a new tensor of at least one dimension
 (torch.cat and torch.stack refuse 0-d inputs and return at least 1-d), so `len(X)` is `X.shape[0]`
-(`Tensor.__len__` returns `self.shape[0]` for every tensor of one dimension or more). Export takes
-`N = X.shape[0]`; eager keeps the original statement in the `else` arm.
+(`Tensor.__len__` returns `self.shape[0]` for every tensor of one dimension or more). Export takes `X.shape[0]`,
+eager the original `len(X)`: `N = X.shape[0] if torch.compiler.is_exporting() else len(X)` where that fits the line
+(as ruff's SIM108 asks), an `if`/`else` otherwise.
 
 What it refuses (left unchanged, with a finding): such a `len(X)` of a name the function binds from one of those
 calls, when the binding is not in the same block before it, when a statement in between names `X`, when `X` is named
@@ -26,7 +27,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
 
-from .base import EXPORTING, Codemod, ReplaceNodes, export_twin, imports_torch
+from .base import EXPORTING, LINE_LENGTH, Codemod, ReplaceNodes, export_twin, imports_torch
 
 # Calls whose result is a new tensor of at least one dimension
 CONCATENATIONS = ("torch.cat", "torch.concat", "torch.concatenate", "torch.stack")
@@ -43,9 +44,11 @@ CALL_ASSIGN = m.SimpleStatementLine(
     body=[m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Call(func=m.Attribute() | m.Name()))]
 )
 
+COMMENT = "# len() of a tensor is a Python int: torch.export would specialise this size to the example's"
+# One line where it fits (what ruff's SIM108 asks for), else an `if`/`else`
+EXPORT_LINE = "{count} = {tensor}.shape[0] if torch.compiler.is_exporting() else len({tensor})\n"
 EXPORT_TEMPLATE = """
 if torch.compiler.is_exporting():
-    # len() of a tensor is a Python int: torch.export would specialise this size to the example's
     {count} = {tensor}.shape[0]
 else:
     pass
@@ -144,7 +147,7 @@ class TensorLen(Codemod):
             if reason is not None:
                 self.report(line, "refused", construct, reason)
                 continue
-            replacements[stmt] = self._rewrite(stmt)
+            replacements[stmt] = self._rewrite(stmt, positions[stmt].start.column)
             self.report(line, "rewritten", construct, f"len({tensor}) is {tensor}.shape[0] under export")
         return tree.visit(ReplaceNodes(replacements)) if replacements else tree
 
@@ -163,6 +166,11 @@ class TensorLen(Codemod):
         return None
 
     @staticmethod
-    def _rewrite(stmt: cst.SimpleStatementLine) -> cst.If:
+    def _rewrite(stmt: cst.SimpleStatementLine, column: int) -> cst.BaseStatement:
         count = stmt.body[0].targets[0].target.value
-        return export_twin(EXPORT_TEMPLATE.format(count=count, tensor=_counted(stmt)), [stmt], stmt.leading_lines)
+        comment = cst.EmptyLine(comment=cst.Comment(COMMENT))
+        line = EXPORT_LINE.format(count=count, tensor=_counted(stmt))
+        if column + len(line) - 1 <= LINE_LENGTH:
+            return cst.parse_statement(line).with_changes(leading_lines=[*stmt.leading_lines, comment])
+        template = EXPORT_TEMPLATE.format(count=count, tensor=_counted(stmt))
+        return export_twin(template, [stmt], [*stmt.leading_lines, comment])

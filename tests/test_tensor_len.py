@@ -27,7 +27,12 @@ def _change(case: str):
 
 def test_findings_name_each_rewrite_and_each_refusal_with_its_reason():
     rewritten = [(f.line, f.construct) for f in _change("decoder_inputs").findings if f.kind == "rewritten"]
-    assert rewritten == [(21, "ToyDetrModel.forward"), (28, "stacked"), (36, "concatenated_by_alias")]
+    assert rewritten == [
+        (21, "ToyDetrModel.forward"),
+        (28, "stacked"),
+        (36, "concatenated_by_alias"),
+        (42, "with_a_long_line"),
+    ]
     refused = {f.construct: f.reason for f in _change("refuse_other_forms").findings}
     assert refused == {
         "read_between": "a statement between the concatenation and the len() names `joined`",
