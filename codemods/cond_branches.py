@@ -61,6 +61,7 @@ the source: `generate` stays offline and deterministic, and never runs torch.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -273,6 +274,8 @@ class _Bindings:
             self.rebound.update(name.value for name in m.findall(target, m.Name()))
 
 
+# Nodes hash by identity: the candidate search and the rewriter ask the same function, each from its own walk
+@functools.lru_cache(maxsize=64)
 def _bound_names(function: cst.FunctionDef) -> _Bound:
     """The names `function` binds only from sizes (`seq_len = x.shape[1]`, `batch, seq_len, _ = x.shape`) or only
     from whole-tensor reductions."""
@@ -552,10 +555,16 @@ class _NamesBefore(_Names):
         return not self.stopped and super().on_visit(node)
 
 
-def _names(node: cst.CSTNode) -> list[cst.Name]:
+@functools.lru_cache(maxsize=1024)  # `_branch_local` asks the same blocks and function once per result name
+def _names(node: cst.CSTNode) -> tuple[cst.Name, ...]:
     visitor = _Names()
     node.visit(visitor)
-    return visitor.found
+    return tuple(visitor.found)
+
+
+@functools.lru_cache(maxsize=64)
+def _ifs(function: cst.FunctionDef) -> tuple[cst.If, ...]:
+    return tuple(m.findall(function, m.If()))
 
 
 def _assigned_first(block: cst.IndentedBlock, name: str) -> bool:
@@ -590,7 +599,7 @@ def _branch_local(function: cst.FunctionDef, name: str) -> bool:
     """Whether every use of `name` in `function` is inside an `if`/`else` block that assigns it first, so no value
     of it flows from one block to another (or out of the branch)."""
     covered = set()
-    for node in m.findall(function, m.If()):
+    for node in _ifs(function):
         blocks = [node.body] + ([node.orelse.body] if isinstance(node.orelse, cst.Else) else [])
         for block in blocks:
             if isinstance(block, cst.IndentedBlock) and _assigned_first(block, name):
