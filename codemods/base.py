@@ -155,9 +155,7 @@ class _NodeLineState(CodegenState):
         return contextlib.nullcontext()
 
 
-def statement_node_lines(
-    module: cst.Module, stmt: cst.CSTNode, kinds: tuple[type, ...]
-) -> tuple[str, dict[int, int]]:
+def statement_node_lines(module: cst.Module, stmt: cst.CSTNode, kinds: tuple[type, ...]) -> tuple[str, dict[int, int]]:
     """The code of a top-level statement of `module` (`module.code_for_node(stmt)`) and id(node) -> the line (1 for
     the statement's first line, leading blank lines and comments included) where each node of `kinds` in it starts,
     from one printing."""

@@ -26,7 +26,7 @@ import re
 import libcst as cst
 import libcst.matchers as m
 from ._imports import add_from_import, add_plain_import
-from .base import LINE_LENGTH, Codemod, child_nodes, top_level_lines
+from .base import LINE_LENGTH, Codemod, child_nodes
 
 REGISTER = "register_cache_pytree_node"
 # The classes that define transformers' cache API, by the names `cache_utils` gives them.
@@ -349,7 +349,7 @@ class CachePytreeRegistration(Codemod):
 
     def _line(self, node: cst.ClassDef) -> int:
         if not hasattr(self, "lines"):
-            self.lines = top_level_lines(self.tree)  # a full print: only when there is something to report
+            self.lines = self.top_level_lines(self.tree)  # a full print: only when there is something to report
         return self.lines[id(node)]
 
     def _cache_classes(

@@ -61,6 +61,7 @@ the source: `generate` stays offline and deterministic, and never runs torch.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -273,6 +274,8 @@ class _Bindings:
             self.rebound.update(name.value for name in m.findall(target, m.Name()))
 
 
+# Nodes hash by identity: the candidate search and the rewriter ask the same function, each from its own walk
+@functools.lru_cache(maxsize=64)
 def _bound_names(function: cst.FunctionDef) -> _Bound:
     """The names `function` binds only from sizes (`seq_len = x.shape[1]`, `batch, seq_len, _ = x.shape`) or only
     from whole-tensor reductions."""
@@ -311,6 +314,33 @@ def _holds_order_comparison_or_method_call(test: cst.BaseExpression) -> bool:
     return False
 
 
+def _source_order_children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """`child_nodes(node)` in the order a libcst visitor visits them (source order): the fields of a conditional
+    expression and of parameters are declared in another order."""
+    if type(node) is cst.IfExp:
+        return [node.body, node.test, node.orelse]
+    if type(node) is cst.Parameters:
+        parts = [*node.posonly_params, node.posonly_ind, *node.params, node.star_arg, *node.kwonly_params]
+        return [part for part in [*parts, node.star_kwarg] if isinstance(part, cst.Param)]
+    return child_nodes(node)
+
+
+def _comparisons_and_attribute_calls(test: cst.BaseExpression) -> tuple[list[cst.Comparison], list[cst.Call]]:
+    """The comparisons and the calls of an attribute in `test`, each in source order (what `m.findall` of
+    `m.Comparison()` and of `m.Call(func=m.Attribute())` finds), from one walk of the fields."""
+    comparisons, calls = [], []
+    pending = [test]
+    while pending:
+        node = pending.pop()
+        kind = type(node)
+        if kind is cst.Comparison:
+            comparisons.append(node)
+        elif kind is cst.Call and type(node.func) is cst.Attribute:
+            calls.append(node)
+        pending.extend(reversed(_source_order_children(node)))
+    return comparisons, calls
+
+
 def _data_dependent_call(test: cst.BaseExpression, shapes: _Bound = NO_NAMES) -> str | None:
     """The first call in `test` that reads tensor values into Python (the candidates of this codemod), as written;
     "shape" for a size test that export would specialise; "listed" for a test that cond_targets.json lists."""
@@ -318,13 +348,14 @@ def _data_dependent_call(test: cst.BaseExpression, shapes: _Bound = NO_NAMES) ->
         return "listed"
     if not _holds_order_comparison_or_method_call(test):
         return None  # most tests (flags, `x is None`) have neither: skip the two matcher searches
-    for comparison in m.findall(test, m.Comparison()):
+    comparisons, calls = _comparisons_and_attribute_calls(test)
+    for comparison in comparisons:
         if _shape_comparison(comparison, shapes):
             return "shape"
         found = _reduction_comparison(comparison, shapes)
         if found:
             return found
-    for call in m.findall(test, m.Call(func=m.Attribute())):
+    for call in calls:
         attr = call.func.attr.value
         if _dotted(call.func.value) in _NOT_TENSOR_MODULES:
             continue
@@ -524,10 +555,16 @@ class _NamesBefore(_Names):
         return not self.stopped and super().on_visit(node)
 
 
-def _names(node: cst.CSTNode) -> list[cst.Name]:
+@functools.lru_cache(maxsize=1024)  # `_branch_local` asks the same blocks and function once per result name
+def _names(node: cst.CSTNode) -> tuple[cst.Name, ...]:
     visitor = _Names()
     node.visit(visitor)
-    return visitor.found
+    return tuple(visitor.found)
+
+
+@functools.lru_cache(maxsize=64)
+def _ifs(function: cst.FunctionDef) -> tuple[cst.If, ...]:
+    return tuple(m.findall(function, m.If()))
 
 
 def _assigned_first(block: cst.IndentedBlock, name: str) -> bool:
@@ -562,7 +599,7 @@ def _branch_local(function: cst.FunctionDef, name: str) -> bool:
     """Whether every use of `name` in `function` is inside an `if`/`else` block that assigns it first, so no value
     of it flows from one block to another (or out of the branch)."""
     covered = set()
-    for node in m.findall(function, m.If()):
+    for node in _ifs(function):
         blocks = [node.body] + ([node.orelse.body] if isinstance(node.orelse, cst.Else) else [])
         for block in blocks:
             if isinstance(block, cst.IndentedBlock) and _assigned_first(block, name):
@@ -925,6 +962,7 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
         self.eager_arms: set[int] = set()  # `elif T:` arms this codemod emitted (a second run leaves them)
         self.elifs: set[int] = set()  # `elif` arms: rewritten as part of the `if` that holds them
         self.nested_originals: dict[int, cst.If] = {}  # an `elif` made a standalone `if` -> the node as written
+        self.rewrites = 0  # `if`s replaced
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         super().visit_FunctionDef(node)
@@ -992,6 +1030,7 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
             self.codemod.report(line, "refused", construct, f"{refusal}; {why}" if why else str(refusal))
             return updated_node
         self.codemod.report(line, "rewritten", construct, shape)
+        self.rewrites += 1
         return replacement
 
     def _python_if_with_tensor_elif(self, original: cst.If, updated: cst.If) -> tuple[cst.If, str]:
@@ -1441,7 +1480,13 @@ class CondBranches(Codemod):
             code = "".join(state.tokens)
             self.remember_statement_code(tree, stmt, code)
             line += code.count("\n")
-            new = stmt.visit(_Rewriter(self, state.if_lines, first_line, torch_imported, indent, listed))
-            changed = changed or new is not stmt
-            body.append(new)
+            rewriter = _Rewriter(self, state.if_lines, first_line, torch_imported, indent, listed)
+            new = stmt.visit(rewriter)
+            # The visit rebuilds every node; with no `if` replaced and no branch function to lay out, the text is the
+            # same, and keeping the statement object lets the engine and vendoring reuse its printed code
+            if rewriter.rewrites or "true_fn" in code or "false_fn" in code:
+                body.append(new)
+                changed = True
+            else:
+                body.append(stmt)
         return tree.with_changes(body=body) if changed else tree
