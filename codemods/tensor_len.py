@@ -23,6 +23,8 @@ names (lists, tuples, dicts) is not a candidate.
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
@@ -39,6 +41,11 @@ LEN_ASSIGN = m.SimpleStatementLine(
         )
     ]
 )
+# The text of `N = len(X)` and of `X = <...>cat/concat/concatenate/stack(`: a file where no `len()` of a name has a
+# concatenation binding that name is never a candidate (on 5.24, 12 of 872 files pass; the 354 that only `len(`
+# and `cat(` anywhere let through give no change and no finding)
+LEN_TEXT = re.compile(r"=\s*len\((\w+)\)")
+CONCATENATION_TEXT = r"\b{}\s*=\s*[\w.]*(?:cat|concat|concatenate|stack)\("
 # `X = <call>`: a binding whose call may be a concatenation
 CALL_ASSIGN = m.SimpleStatementLine(
     body=[m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Call(func=m.Attribute() | m.Name()))]
@@ -114,7 +121,10 @@ class TensorLen(Codemod):
 
     @classmethod
     def might_apply(cls, source: str) -> bool:
-        return "len(" in source and ("cat(" in source or "stack(" in source or "concat" in source)
+        if "len(" not in source:
+            return False
+        names = set(LEN_TEXT.findall(source))
+        return any(re.search(CONCATENATION_TEXT.format(re.escape(name)), source) for name in sorted(names))
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         candidates = _Candidates()
