@@ -15,6 +15,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst._nodes.internal import CodegenState
 from libcst.codemod import Codemod as LibcstCodemod
+from libcst.metadata import MetadataWrapper, QualifiedNameProvider
 
 # transformers' line length (ruff, black): emitted code is laid out to it, so a patch passes its style checks.
 LINE_LENGTH = 119
@@ -217,6 +218,40 @@ def export_twin(
     first, *rest = eager
     block = choice.orelse.body.with_changes(body=[first.with_changes(leading_lines=()), *rest])
     return choice.with_changes(leading_lines=leading_lines, orelse=choice.orelse.with_changes(body=block))
+
+
+class ScopeVisitor(cst.CSTVisitor):
+    """A visitor that knows where it is: `scopes`, the names of the enclosing classes and functions (joined, a
+    `Class.method` qualname), and `functions`, the enclosing function nodes."""
+
+    def __init__(self) -> None:
+        self.scopes: list[str] = []
+        self.functions: list[cst.FunctionDef] = []
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.scopes.append(node.name.value)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self.scopes.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.append(node.name.value)
+        self.functions.append(node)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.scopes.pop()
+        self.functions.pop()
+
+
+def qualified_names(wrapper: MetadataWrapper):
+    """node -> the set of its qualified names (`torch.nn.functional.pad`), from `wrapper`'s QualifiedNameProvider."""
+    resolved = wrapper.resolve(QualifiedNameProvider)
+
+    def qualified(node: cst.CSTNode) -> set[str]:
+        value = resolved.get(node, ())
+        return {name.name for name in (value() if callable(value) else value)}
+
+    return qualified
 
 
 class ReplaceNodes(cst.CSTTransformer):

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
+from libcst.metadata import MetadataWrapper, PositionProvider
 
-from .base import EXPORTING, Codemod, ReplaceNodes, export_twin, imports_torch
+from .base import EXPORTING, Codemod, ReplaceNodes, ScopeVisitor, export_twin, imports_torch, qualified_names
 
 PAD = "torch.nn.functional.pad"
 _PADS = m.MatchIfTrue(lambda name: name.endswith("pad"))
@@ -85,29 +85,14 @@ def _is_pure(expr: cst.BaseExpression) -> bool:
     return False
 
 
-class _Candidates(cst.CSTVisitor):
+class _Candidates(ScopeVisitor):
     """Every `if` whose test ends with `X.shape[-1] < K` and whose body calls a `...pad` function, with the function it is in
     (`Class.method`)."""
 
     def __init__(self) -> None:
-        self.scopes: list[str] = []
-        self.functions: list[cst.FunctionDef] = []
+        super().__init__()
         self.found: list[tuple[cst.If, cst.FunctionDef, str]] = []
         self.rewritten: set[int] = set()  # ids of the `elif`s of export arms this codemod added (a second run)
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.scopes.append(node.name.value)
-
-    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
-        self.scopes.pop()
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.scopes.append(node.name.value)
-        self.functions.append(node)
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self.scopes.pop()
-        self.functions.pop()
 
     def visit_If(self, node: cst.If) -> None:
         if m.matches(node.test, EXPORTING | m.BooleanOperation(left=EXPORTING, operator=m.And())):
@@ -143,11 +128,7 @@ class PadToMinLength(Codemod):
             return tree
         wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
         positions = wrapper.resolve(PositionProvider)
-        resolved = wrapper.resolve(QualifiedNameProvider)
-
-        def qualified(node: cst.CSTNode) -> set[str]:
-            value = resolved.get(node, ())
-            return {name.name for name in (value() if callable(value) else value)}
+        qualified = qualified_names(wrapper)
 
         has_torch = imports_torch(tree)
         replacements = {}

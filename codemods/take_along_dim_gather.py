@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
+from libcst.metadata import MetadataWrapper, PositionProvider
 
-from .base import EXPORTING, Codemod, ReplaceNodes, export_twin, imports_torch
+from .base import EXPORTING, Codemod, ReplaceNodes, ScopeVisitor, export_twin, imports_torch, qualified_names
 
 TAKE_ALONG_DIM = "torch.take_along_dim"
 HELPER = "gather_along_dim"
@@ -65,29 +65,14 @@ def _arguments(call: cst.Call) -> tuple[cst.BaseExpression, cst.BaseExpression, 
     return values["input"], values["indices"], values["dim"]
 
 
-class _Candidates(cst.CSTVisitor):
+class _Candidates(ScopeVisitor):
     """Every statement of a function holding a call of something named `take_along_dim`, with the function's
     qualname (`Class.method`); statements in the eager arm of an export twin (a second run) are left out."""
 
     def __init__(self) -> None:
-        self.scopes: list[str] = []
-        self.depth = 0
+        super().__init__()
         self.found: list[tuple[cst.SimpleStatementLine, str]] = []
         self.rewritten: set[int] = set()
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.scopes.append(node.name.value)
-
-    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
-        self.scopes.pop()
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.scopes.append(node.name.value)
-        self.depth += 1
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self.scopes.pop()
-        self.depth -= 1
 
     def visit_If(self, node: cst.If) -> None:
         if m.matches(node.test, EXPORTING) and isinstance(node.orelse, cst.Else):
@@ -95,7 +80,7 @@ class _Candidates(cst.CSTVisitor):
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         if (
-            self.depth
+            self.functions
             and id(node) not in self.rewritten
             and m.findall(node, m.Call(func=m.Attribute(attr=m.Name("take_along_dim")) | m.Name("take_along_dim")))
         ):
@@ -141,11 +126,7 @@ class TakeAlongDimGather(Codemod):
             return tree
         wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
         positions = wrapper.resolve(PositionProvider)
-        resolved = wrapper.resolve(QualifiedNameProvider)
-
-        def qualified(node: cst.CSTNode) -> set[str]:
-            value = resolved.get(node, ())
-            return {name.name for name in (value() if callable(value) else value)}
+        qualified = qualified_names(wrapper)
 
         module = self.context.full_module_name
         has_torch = imports_torch(tree)

@@ -27,9 +27,18 @@ import re
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
+from libcst.metadata import MetadataWrapper, PositionProvider
 
-from .base import EXPORTING, LINE_LENGTH, Codemod, ReplaceNodes, export_twin, imports_torch
+from .base import (
+    EXPORTING,
+    LINE_LENGTH,
+    Codemod,
+    ReplaceNodes,
+    ScopeVisitor,
+    export_twin,
+    imports_torch,
+    qualified_names,
+)
 
 # Calls whose result is a new tensor of at least one dimension
 CONCATENATIONS = ("torch.cat", "torch.concat", "torch.concatenate", "torch.stack")
@@ -42,8 +51,8 @@ LEN_ASSIGN = m.SimpleStatementLine(
     ]
 )
 # The text of `N = len(X)` and of `X = <...>cat/concat/concatenate/stack(`: a file where no `len()` of a name has a
-# concatenation binding that name is never a candidate (on 5.24, 12 of 872 files pass; the 354 that only `len(`
-# and `cat(` anywhere let through give no change and no finding)
+# concatenation binding that name is never a candidate (on 5.24, 12 of 872 files pass; each of the 354 others that
+# a test for `len(` and `cat(` anywhere in the file lets through gives no change and no finding)
 LEN_TEXT = re.compile(r"=\s*len\((\w+)\)")
 CONCATENATION_TEXT = r"\b{}\s*=\s*[\w.]*(?:cat|concat|concatenate|stack)\("
 # `X = <call>`: a binding whose call may be a concatenation
@@ -76,29 +85,14 @@ def _names(node: cst.CSTNode) -> set[str]:
     return {name.value for name in m.findall(node, m.Name())}
 
 
-class _Candidates(cst.CSTVisitor):
+class _Candidates(ScopeVisitor):
     """Every `N = len(X)` statement of a function, with its block, its index there, the innermost function and its
     qualname (`Class.method`)."""
 
     def __init__(self) -> None:
-        self.scopes: list[str] = []
-        self.functions: list[cst.FunctionDef] = []
+        super().__init__()
         self.found: list[tuple[cst.SimpleStatementLine, list[cst.BaseStatement], int, cst.FunctionDef, str]] = []
         self.rewritten: set[int] = set()  # ids of the `else` arms of export twins this codemod added (a second run)
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.scopes.append(node.name.value)
-
-    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
-        self.scopes.pop()
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.scopes.append(node.name.value)
-        self.functions.append(node)
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self.scopes.pop()
-        self.functions.pop()
 
     def visit_If(self, node: cst.If) -> None:
         if m.matches(node.test, EXPORTING) and isinstance(node.orelse, cst.Else):
@@ -132,11 +126,7 @@ class TensorLen(Codemod):
         if not candidates.found:
             return tree
         wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
-        resolved = wrapper.resolve(QualifiedNameProvider)
-
-        def qualified(node: cst.CSTNode) -> set[str]:
-            value = resolved.get(node, ())
-            return {name.name for name in (value() if callable(value) else value)}
+        qualified = qualified_names(wrapper)
 
         def concatenates(stmt: cst.CSTNode, name: str) -> bool:
             return _bound(stmt) == name and bool(qualified(stmt.body[0].value.func) & set(CONCATENATIONS))
