@@ -38,9 +38,9 @@ import builtins
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
+from libcst.metadata import MetadataWrapper, PositionProvider
 
-from .base import Codemod, child_nodes, imports_torch
+from .base import Codemod, child_nodes, imports_torch, qualified_names
 
 GET_ITEM_TO_INDEX = "torch._dynamo._trace_wrapped_higher_order_op.TransformGetItemToIndex"
 # Functions of an index value that act elementwise (so they commute with broadcasting)
@@ -320,15 +320,11 @@ class VmapMasks(Codemod):
         # Lines are asked only of the analysed functions and the vmap loops' functions, and of nodes inside them
         lines = self._lines(tree, analysed | {id(owners[id(function)]) for function, _, _ in loops})
         if loops:
-            resolved = MetadataWrapper(tree, unsafe_skip_copy=True).resolve(QualifiedNameProvider)
+            qualified = qualified_names(MetadataWrapper(tree, unsafe_skip_copy=True))
         else:
             # Names are asked only inside mask functions: the scope analysis can skip the other defs' bodies
-            scopes = MetadataWrapper(self._without_other_bodies(tree, analysed), unsafe_skip_copy=True)
-            resolved = scopes.resolve(QualifiedNameProvider)
-
-        def qualified(node: cst.CSTNode) -> set[str]:
-            value = resolved.get(node, ())
-            return {name.name for name in (value() if callable(value) else value)}
+            elided = self._without_other_bodies(tree, analysed)
+            qualified = qualified_names(MetadataWrapper(elided, unsafe_skip_copy=True))
 
         def line(node: cst.CSTNode) -> int:
             return lines[node]

@@ -18,7 +18,6 @@ import json
 import os
 import platform
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -119,11 +118,16 @@ print(json.dumps(statistics.median(times[1:])))
 """
 
 
-def run_child(code: str, *args: str) -> str:
-    result = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True, check=False)
+def run_python(*args: str) -> str:
+    """The stdout of `python ARGS` run from the project root; its stderr tail when it fails."""
+    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        raise RuntimeError(f"benchmark child failed:\n{result.stderr[-3000:]}")
-    return result.stdout.strip().splitlines()[-1]
+        raise RuntimeError(f"benchmark child {args[0]} failed:\n{result.stderr[-3000:]}")
+    return result.stdout.strip()
+
+
+def run_child(code: str, *args: str) -> str:
+    return run_python("-c", code, *args).splitlines()[-1]
 
 
 def children_cpu() -> float:
@@ -159,19 +163,11 @@ def bench_generation(jobs: int) -> dict:
 
 def bench_profile(every: int) -> str:
     """The per-phase CPU table of tools/profile_generate.py over every `every`th model."""
-    command = [sys.executable, str(ROOT / "tools" / "profile_generate.py"), "--every", str(every)]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"profile_generate failed:\n{result.stderr[-3000:]}")
-    return result.stdout.strip()
+    return run_python(str(ROOT / "tools" / "profile_generate.py"), "--every", str(every))
 
 
 def bench_cond_eager() -> list[dict]:
-    command = [sys.executable, str(ROOT / "tools" / "bench_cond_eager.py"), "--json"]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"bench_cond_eager failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout)
+    return json.loads(run_python(str(ROOT / "tools" / "bench_cond_eager.py"), "--json"))
 
 
 def machine() -> str:
@@ -188,7 +184,6 @@ def machine() -> str:
 
 
 def versions() -> str:
-    import libcst
     import torch
     import transformers
 
