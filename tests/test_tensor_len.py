@@ -93,3 +93,11 @@ def test_the_original_len_specialises_the_batch():
     original, _ = _models()
     with pytest.raises(Exception, match=r"Constraints violated"):
         _export(original)
+
+
+def test_the_prefilter_needs_a_len_of_a_name_that_a_concatenation_binds():
+    assert TensorLen.might_apply("x = torch.cat([a, b], 1)\nn = len(x)\n")
+    assert TensorLen.might_apply("x = torch.stack(parts)\nn = len(x)\n")
+    # `len(` and `cat(` in the file, but the counted name is never a concatenation's result
+    assert not TensorLen.might_apply("x = torch.cat([a, b], 1)\nn = len(items)\n")
+    assert not TensorLen.might_apply("y = torch.cat([a, b], 1)\n")

@@ -340,9 +340,9 @@ def seq2seq_inputs(original: torch.nn.Module, layout: int, shape: InputShape, pa
         prefix = original(**full, decoder_input_ids=decoder_ids[:, :past], use_cache=True)
     inputs = {
         # a tuple, not a BaseModelOutput: torch.export.load unpickles example inputs weights-only, and a ModelOutput
-        # (an OrderedDict subclass) cannot be unpickled that way. Contiguous, as a runtime feeds it: a view (fsmt's
-        # encoder returns a transpose) makes export guard on the sizes of the tensor it views
-        "encoder_outputs": (prefix.encoder_last_hidden_state.contiguous(),),
+        # (an OrderedDict subclass) cannot be unpickled that way. A fresh contiguous tensor, as a runtime feeds it: a
+        # view (fsmt's encoder returns a transpose) makes export guard on the sizes of the tensor it views
+        "encoder_outputs": (prefix.encoder_last_hidden_state.clone(memory_format=torch.contiguous_format),),
         "decoder_input_ids": decoder_ids[:, past:],
         cache_keyword(original): output_cache(prefix),
         "use_cache": True,
