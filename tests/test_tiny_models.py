@@ -356,6 +356,25 @@ def test_widths_named_otherwise_shrink_too():
     assert record["status"] == "ok" and record["params"] < 2_000_000, record
 
 
+@pytest.mark.parametrize(
+    ("model_type", "path"),
+    [
+        ("qwen3_moe", "num_local_experts"),  # stored as `num_experts`
+        ("qwen3_vl_moe", "text_config.num_local_experts"),
+        ("omdet-turbo", "d_model"),  # stored as `hidden_size`
+        ("inkling_vision", "num_hidden_layers"),  # stored as `n_layers`
+    ],
+)
+def test_a_field_stored_under_an_attribute_map_name_is_shrunk(model_type, path):
+    config = tiny_config(model_type)
+    for name in path.split("."):
+        config = getattr(config, name)
+    default = CONFIG_MAPPING[model_type]()
+    for name in path.split("."):
+        default = getattr(default, name)
+    assert config < default and config == tiny.size_rule(path.split(".")[-1]), (config, default)
+
+
 def test_a_spectrogram_classifier_gets_frames_by_mel_bins():
     _, cls = model_class("audio-spectrogram-transformer")
     model = build_tiny_model(cls, config_for(cls, tiny_config("audio-spectrogram-transformer")))

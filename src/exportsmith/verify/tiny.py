@@ -427,11 +427,6 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "molmo2_vision": {"num_position_embeddings": (IMAGE_SIZE // PATCH_SIZE) ** 2},
     # Phi-4's audio conformer: its pointwise and depthwise-separable convolutions map the width to itself.
     "phi4_multimodal_audio": {"ext_pw_out_channel": HIDDEN_SIZE, "depthwise_separable_out_channel": HIDDEN_SIZE},
-    # Inkling's vision tower exports its layer count as `n_layers` (an attribute_map alias), which is not an init
-    # field: the tiny count goes under the field's name. Its layers fold the patch grid until the last one projects
-    # to the text width.
-    "inkling_vision": {"num_hidden_layers": NUM_LAYERS},
-    "inkling_mm_model": {"vision_config.num_hidden_layers": NUM_LAYERS},
     # Apertus 1.5's vocabulary holds its text tokens, then the image codebook's, then the audio codebook's, back to
     # back (after the special ids): room for the two tiny codebooks.
     "apertus1p5": {
@@ -557,6 +552,18 @@ def init_fields(config_class: type) -> set[str]:
     return names
 
 
+def init_names(config_class: type, values: dict, fields: set[str]) -> dict:
+    """`values` with each attribute that `to_dict` lists under its stored name but the class takes under an
+    attribute_map alias (a field `num_hidden_layers` stored as `n_layers`) renamed to that init field, so the
+    field is shrunk like any other instead of dropped with the attributes the class derives."""
+    renamed = {
+        stored: alias
+        for alias, stored in getattr(config_class, "attribute_map", {}).items()
+        if alias in fields and stored not in fields and stored in values and alias not in values
+    }
+    return {renamed.get(name, name): value for name, value in values.items()}
+
+
 def sub_config_class(config_class: type, name: str, values: dict) -> type:
     """The config class a nested config dict is built into: its `model_type`'s, else the parent's sub_configs'."""
     if values.get("model_type") in CONFIG_MAPPING:
@@ -574,6 +581,7 @@ def shrink_config_fields(config_class: type, values: dict, token_ids: "TokenIds"
     Attributes the config class derives itself are dropped (it recomputes them from the tiny fields); a sub-config
     keeps the extra attributes its parent's defaults give it (the class alone would not set them)."""
     fields = init_fields(config_class)
+    values = init_names(config_class, values, fields)
     derived = set(values) if top_level else set(config_class().to_dict())
     listed = values
     values = {name: value for name, value in values.items() if name in fields or name not in derived}
