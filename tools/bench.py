@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,7 @@ EXPORTSMITH = [sys.executable, "-m", "exportsmith"]
 # overhead is the cost of a rewritten `if` in a real decoder.
 EAGER_MODELS = ("llama", "mixtral", "deepseek_v4")
 EXPORT_MODELS = ("llama", "mixtral")
+EAGER_INSTANCES = 3
 
 # Runs in a child: parse and print every file that generation reads (shared, modeling and modular files), in `jobs` processes, like generation does.
 FLOOR = """
@@ -46,9 +48,9 @@ with multiprocessing.get_context("fork").Pool(int(sys.argv[1])) as pool:
 print(time.perf_counter() - started, len(paths))
 """
 
-# Runs in a child: median eager forward times, interleaved with alternating order. Two instances of one class with
-# the same weights already differ by several percent (allocation order, memory placement), so the comparison is
-# between an original and a generated instance built the same way, and a second original gives the noise floor.
+# Runs in a child: median eager forward times, interleaved in rotating order. Two instances of one class with the
+# same weights already differ by a percent or two (allocation order, memory placement), so each variant is built
+# several times, and the spread between the original's own instances is the noise floor.
 EAGER = """
 import json, statistics, sys
 import time
@@ -63,18 +65,24 @@ def twin(cls):
     model = cls(reference.config).eval()
     model.load_state_dict(reference.state_dict())
     return model
-models = [("original", twin(type(reference))), ("generated", twin(type(copy))), ("original-again", twin(type(reference)))]
+instances = int(sys.argv[4])
+models = [(variant, twin(cls)) for _ in range(instances) for variant, cls in
+          (("original", type(reference)), ("generated", type(copy)))]
 results = {}
 for name, case in (("decode", Case("decode", 1, 1, 32)), ("prefill", Case("prefill", 1, 64, 0))):
-    times = {label: [] for label, _ in models}
+    times = [[] for _ in models]
     for repeat in range(int(sys.argv[2])):
-        for label, model in models if repeat % 2 else models[::-1]:
+        shift = repeat % len(models)
+        for index in list(range(len(models)))[shift:] + list(range(len(models)))[:shift]:
             inputs = case_inputs(reference, reference.config.vocab_size, case)
             with torch.no_grad():
                 started = time.perf_counter()
-                model(**inputs)
-                times[label].append(time.perf_counter() - started)
-    results[name] = {label: statistics.median(values[10:]) for label, values in times.items()}
+                models[index][1](**inputs)
+                times[index].append(time.perf_counter() - started)
+    medians = {"original": [], "generated": []}
+    for (variant, _), values in zip(models, times):
+        medians[variant].append(statistics.median(values[10:]))
+    results[name] = medians
 print(json.dumps(results))
 """
 
@@ -226,19 +234,23 @@ def report(generation: dict | None, profile: str | None, eager: dict, cond: list
         ]
     lines += [
         "## Eager overhead of the generated copy\n",
-        "Median of interleaved forward calls (alternating order), one thread, tiny seeded models (Python overhead "
-        "dominates, which is where a gated `torch.cond` would show). Original and generated instances are built the "
-        "same way from the same weights; a second original instance measures the noise floor. Decode: batch 1, 1 "
-        "new token, past 32. Prefill: batch 1, 64 tokens. deepseek_v4 carries a `cond-branches` rewrite in the "
-        "attention of every layer.\n",
-        "| model | step | original ms | generated ms | ratio (target <= 1.02) | noise floor: second original / first |",
+        "One thread, tiny seeded models (Python overhead dominates, which is where a gated `torch.cond` would show). "
+        f"{EAGER_INSTANCES} original and {EAGER_INSTANCES} generated instances, built the same way from the same "
+        "weights, are called in rotating order; each instance's median call time is taken, and each variant's time "
+        "is the median over its instances. Instances of one class differ by themselves (allocation order, memory "
+        "placement): the noise floor is the largest over the smallest median among the original's own instances. "
+        "Decode: batch 1, 1 new token, past 32. Prefill: batch 1, 64 tokens. deepseek_v4 carries a `cond-branches` "
+        "rewrite in the attention of every layer.\n",
+        "| model | step | original ms | generated ms | ratio (target <= 1.02) | noise floor: spread of the originals |",
         "|---|---|---|---|---|---|",
     ]
     for model, steps in eager.items():
         for step, t in steps.items():
-            ratio, noise = t["generated"] / t["original"], t["original-again"] / t["original"]
+            original, generated = statistics.median(t["original"]), statistics.median(t["generated"])
+            noise = max(t["original"]) / min(t["original"])
             lines.append(
-                f"| {model} | {step} | {t['original'] * 1e3:.3f} | {t['generated'] * 1e3:.3f} | {ratio:.3f} | {noise:.3f} |"
+                f"| {model} | {step} | {original * 1e3:.3f} | {generated * 1e3:.3f} | {generated / original:.3f} | "
+                f"{noise:.3f} |"
             )
     lines += [
         "\n## Eager cost of one `cond-branches` rewrite\n",
@@ -280,7 +292,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         models = sorted(set(EAGER_MODELS) | set(EXPORT_MODELS))
         timed([*EXPORTSMITH, "generate", *models, "--out", str(Path(scratch) / "generated")])
-        eager = {model: json.loads(run_child(EAGER, model, str(args.repeats), scratch)) for model in EAGER_MODELS}
+        eager = {
+            model: json.loads(run_child(EAGER, model, str(args.repeats), scratch, str(EAGER_INSTANCES)))
+            for model in EAGER_MODELS
+        }
         export = {
             model: {
                 variant: json.loads(run_child(EXPORT, variant, model, "3", scratch)) for variant in ("dynamo", "generated")
