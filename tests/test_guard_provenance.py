@@ -106,6 +106,17 @@ def test_a_program_that_passes_every_case_has_no_failing_guard():
     assert guard_source(exported, log, [(case.name, case.inputs()) for case in program.cases]) is None  # ...and holds
 
 
+def test_only_a_rejected_program_is_exported_under_the_guard_log(monkeypatch):
+    # the log turns on torch's guard logging and its stack summaries: a program that passes must not pay for it
+    entered = []
+    original_enter = GuardLog.__enter__
+    monkeypatch.setattr(GuardLog, "__enter__", lambda self: entered.append(self) or original_enter(self))
+    assert verify(fixture_module().BatchBranch().eval(), (10, 9, 12)).failure is None
+    assert entered == []
+    assert verify(fixture_module().BatchBranch().eval(), (10, 3, 12)).failure == "guard-rejected"
+    assert len(entered) == 1 and entered[0].sites
+
+
 def test_the_guard_log_leaves_the_shape_env_logger_as_it_was():
     import logging
 

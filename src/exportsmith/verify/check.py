@@ -199,12 +199,11 @@ def check_programs(
     ((program, case) -> eager output), save and load the first; the verdict goes in `result`, frames of the packages
     `where` names locate failures."""
     subject, subject_model = result.subject, model
-    exported, export_errors, guard_logs = {}, [], {}
+    exported, export_errors = {}, []
     for program in programs:
         try:
             started = time.perf_counter()
-            with GuardLog(where) as guard_logs[program.name]:
-                exported[program.name] = export_subject(subject, subject_model, program)
+            exported[program.name] = export_subject(subject, subject_model, program)
             result.export_seconds[program.name] = time.perf_counter() - started
             runnable = runnable_of(exported[program.name])
         except Exception as error:
@@ -236,7 +235,7 @@ def check_programs(
         if not hasattr(exported[rejected[0].program], "save_pretrained"):  # an ExportedProgram
             program = next(p for p in programs if p.name == rejected[0].program)
             cases = [c for c in program.cases if any((r.program, r.name) == (program.name, c.name) for r in rejected)]
-            result.guard = rejected_guard(exported[program.name], guard_logs[program.name], cases)
+            result.guard = traced_guard(subject, subject_model, program, cases, where)
         message = "; ".join(f"{r.program} {r.name}: {r.error}" for r in rejected)
         return result.fail("guard-rejected", message, (result.guard or {}).get("location"))
     try:
@@ -517,6 +516,20 @@ def rejected_guard(exported: torch.export.ExportedProgram, log: GuardLog, cases:
     except Exception:
         return None
     return found.record() if found is not None else None
+
+
+def traced_guard(
+    subject: str, model: torch.nn.Module, program: Program, cases: list[Case], packages: tuple[str, ...]
+) -> dict | None:
+    """The guard of `program`'s export that the first of `cases` fails, with the line that made it. The program is
+    exported again under a `GuardLog`: the log turns on torch's guard logging, whose stack summaries would slow every
+    export the harness makes, so only a rejected program pays for it."""
+    try:
+        with GuardLog(packages) as log:
+            exported = export_subject(subject, model, program)
+    except Exception:
+        return None
+    return rejected_guard(exported, log, cases)
 
 
 def pinned_dim_guard(model: torch.nn.Module, program: Program, packages: tuple[str, ...]) -> dict | None:
