@@ -3,8 +3,9 @@
 `verify_model(model_type, package, subject)` builds the model class `tasks.model_class` picks for the type from its
 tiny config, seeded, and checks one *subject* (a column of the coverage table):
 
-- "generated": the same-named class of `<package>.<module>` (the vendored copy) with the original's weights, exported
-  with plain `torch.export.export(strict=False)`; its eager outputs must be bit-identical to the original's;
+- "generated": the same-named class of `<package>.<module>` (the vendored copy) with the original's weights (its state
+  dict, and the modules it holds outside its module tree: `copy_unregistered_modules`), exported with plain
+  `torch.export.export(strict=False)`; its eager outputs must be bit-identical to the original's;
 - "original": transformers' own class, plain `torch.export.export(strict=False)`, no help;
 - "dynamo-exporter": transformers' own class through `transformers.exporters.DynamoExporter` (its runtime patches),
   with `DynamoConfig(dynamic=True)`, the configuration its documentation shows.
