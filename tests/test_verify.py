@@ -339,3 +339,63 @@ def test_inputs_collected_by_kwargs_export_with_dict_dynamic_shapes():
     program = export_program(model, example, shapes)
     other = {**example, "x": torch.randn(5, 2), "extra": torch.randn(5, 2)}
     assert torch.equal(program.module()(**other), model(**other))
+
+
+class _HoldsModulesOutsideItsTree(torch.nn.Module):
+    """Modules kept where `state_dict` does not look: a plain list (as oneformer's input projections), a dict, a list
+    in such a module, a list of registered children (as transformers' PredictionBlock) and a back-reference."""
+
+    def __init__(self):
+        super().__init__()
+        self.registered = torch.nn.Linear(2, 2)
+        self.projections = [torch.nn.Linear(2, 2), torch.nn.Sequential(torch.nn.Linear(2, 2))]
+        inner = torch.nn.Linear(2, 2)
+        inner.extra = [torch.nn.Linear(2, 2)]  # a list in a module outside the tree
+        self.by_name = {"inner": inner}
+        self.again = [self.registered]
+        self.registered.owner = [self]  # a cycle back to the root
+
+    def forward(self, x):
+        inner = self.by_name["inner"]
+        for layer in [self.registered, *self.projections, inner, *inner.extra]:
+            x = layer(x)
+        return x
+
+
+def test_copy_unregistered_modules_loads_the_weights_that_state_dict_leaves_out():
+    from exportsmith.verify.check import copy_unregistered_modules
+
+    torch.manual_seed(0)
+    original = _HoldsModulesOutsideItsTree()
+    torch.manual_seed(1)
+    copy = _HoldsModulesOutsideItsTree()
+    copy.load_state_dict(original.state_dict())
+    x = torch.randn(3, 2)
+    assert not torch.equal(original(x), copy(x))  # the state dict alone misses them
+    copied = copy_unregistered_modules(original, copy)
+    assert copied == ["by_name['inner']", "by_name['inner'].extra[0]", "projections[0]", "projections[1]"]
+    assert torch.equal(original(x), copy(x))
+
+
+def test_a_copy_of_oneformer_gets_the_input_projections_that_its_state_dict_leaves_out(monkeypatch, cache_registered):
+    # OneFormerTransformerModule keeps its input projections (Conv2d when conv_dim != hidden_dim, as in the tiny
+    # config) in a plain list: with transformers' own class as the copy, eager differed (max|diff| 2.97) before
+    from dataclasses import replace
+
+    from transformers.models.oneformer import modeling_oneformer
+
+    from exportsmith.verify.check import build_pair, check_eager_identity, programs_for, run
+
+    name = "same_oneformer"
+    modeling = types.ModuleType(f"{name}.oneformer.modeling_oneformer")
+    modeling.OneFormerModel = modeling_oneformer.OneFormerModel
+    monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, f"{name}.oneformer", types.ModuleType(f"{name}.oneformer"))
+    monkeypatch.setitem(sys.modules, f"{name}.oneformer.modeling_oneformer", modeling)
+    original, copy = build_pair("oneformer", name)
+    assert isinstance(original.transformer_module.input_projections, list)
+    assert isinstance(original.transformer_module.input_projections[0], torch.nn.Conv2d)
+    forward = programs_for(original)[0]
+    forward = replace(forward, cases=forward.cases[:1])
+    case = forward.cases[0]
+    check_eager_identity(original, copy, [forward], {(forward.name, case.name): run(original, case)})

@@ -3,8 +3,9 @@
 `verify_model(model_type, package, subject)` builds the model class `tasks.model_class` picks for the type from its
 tiny config, seeded, and checks one *subject* (a column of the coverage table):
 
-- "generated": the same-named class of `<package>.<module>` (the vendored copy) with the original's weights, exported
-  with plain `torch.export.export(strict=False)`; its eager outputs must be bit-identical to the original's;
+- "generated": the same-named class of `<package>.<module>` (the vendored copy) with the original's weights (its state
+  dict, and the modules it holds outside its module tree: `copy_unregistered_modules`), exported with plain
+  `torch.export.export(strict=False)`; its eager outputs must be bit-identical to the original's;
 - "original": transformers' own class, plain `torch.export.export(strict=False)`, no help;
 - "dynamo-exporter": transformers' own class through `transformers.exporters.DynamoExporter` (its runtime patches),
   with `DynamoConfig(dynamic=True)`, the configuration its documentation shows.
@@ -277,7 +278,69 @@ def build_pair(model_type: str, package: str | None) -> tuple[torch.nn.Module, t
     keys = generated.load_state_dict(original.state_dict(), strict=False)
     if keys.missing_keys or keys.unexpected_keys:
         raise RuntimeError(f"state dict: missing {keys.missing_keys}, unexpected {keys.unexpected_keys}")
+    copy_unregistered_modules(original, generated)
     return original, generated
+
+
+# What nn.Module.__init__ puts in an instance's __dict__ (its registries and hooks): the other attributes are the
+# model's own
+_MODULE_STATE = frozenset(vars(torch.nn.Module()))
+
+
+def copy_unregistered_modules(original: torch.nn.Module, copy: torch.nn.Module) -> list[str]:
+    """Load into `copy` the weights of the modules `original` holds outside its module tree, in a plain list, tuple or
+    dict attribute, and return their paths. The state dict has no key for them, so `load_state_dict` leaves the copy's
+    own random ones (oneformer's `OneFormerTransformerModule.input_projections`, a list of Conv2d when `conv_dim !=
+    hidden_dim`: a transformers bug, see docs/TRANSFORMERS_BUGS.md). Modules of the tree referenced again from such an
+    attribute (a list kept beside `add_module`) are already loaded and skipped."""
+    seen = {id(module) for module in original.modules()}
+    copied = []
+
+    def visit(original_root: torch.nn.Module, copy_root: torch.nn.Module, root_path: str) -> None:
+        for name, module in original_root.named_modules():
+            twin = copy_root.get_submodule(name)
+            for attribute in sorted(vars(module).keys() - _MODULE_STATE):
+                value = vars(module)[attribute]
+                if not _holds_module(value):
+                    continue
+                path = ".".join(part for part in (root_path, name, attribute) if part)
+                for held_path, held, held_twin in _held_modules(path, value, getattr(twin, attribute)):
+                    if id(held) in seen:
+                        continue
+                    seen.update(id(part) for part in held.modules())
+                    held_twin.load_state_dict(held.state_dict())
+                    copied.append(held_path)
+                    visit(held, held_twin, held_path)
+
+    visit(original, copy, "")
+    return copied
+
+
+def _holds_module(value) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_holds_module(item) for item in value)
+    if isinstance(value, dict):
+        return any(_holds_module(item) for item in value.values())
+    return isinstance(value, torch.nn.Module)
+
+
+def _held_modules(path: str, value, twin):
+    """(path, module, the copy's module at the same place) of each module in `value`, a module or a nest of lists,
+    tuples and dicts; raises where the copy's structure differs."""
+    if isinstance(value, torch.nn.Module):
+        if type(twin).__qualname__ != type(value).__qualname__:
+            raise RuntimeError(f"{path}: the copy holds {type(twin).__qualname__}, not {type(value).__qualname__}")
+        yield path, value, twin
+    elif isinstance(value, (list, tuple)):
+        if not isinstance(twin, (list, tuple)) or len(twin) != len(value):
+            raise RuntimeError(f"{path}: the copy holds {type(twin).__name__} of another length")
+        for index, (item, twin_item) in enumerate(zip(value, twin)):
+            yield from _held_modules(f"{path}[{index}]", item, twin_item)
+    elif isinstance(value, dict):
+        if not isinstance(twin, dict) or twin.keys() != value.keys():
+            raise RuntimeError(f"{path}: the copy holds another {type(value).__name__}")
+        for key, item in value.items():
+            yield from _held_modules(f"{path}[{key!r}]", item, twin[key])
 
 
 def programs_for(original: torch.nn.Module, cache_model: torch.nn.Module | None = None) -> list[Program]:
