@@ -20,6 +20,7 @@ for _package in ("onnx", "onnxscript", "onnxruntime"):
 import numpy as np  # noqa: E402
 import onnxruntime  # noqa: E402
 import torch  # noqa: E402
+from torch.nn.attention import SDPBackend  # noqa: E402
 from torch.utils import _pytree as pytree  # noqa: E402
 from transformers import BertConfig, BertModel  # noqa: E402
 
@@ -198,3 +199,54 @@ def test_encoder_bert_original_through_onnx_matches_eager():
         assert [e.shape for e in expected] == [(batch, length, 32), (batch, 32)]
         for e, a in zip(expected, actual, strict=True):
             assert np.abs(e.numpy() - a).max() <= ONNX_MAX_ABS_DIFF, (batch, length)
+
+
+class LearnedBiasAttention(torch.nn.Module):
+    """T5's attention in a few lines: SDPA with an additive mask computed from a parameter (its relative position
+    bias), then transformers' `attn_output.transpose(1, 2).contiguous()` and `reshape(*input_shape, -1)`."""
+
+    def __init__(self):
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.zeros(4, 1, 1))
+
+    def forward(self, x):
+        batch, length, _ = x.shape
+        query = x.view(batch, length, 4, 16).transpose(1, 2)
+        mask = self.bias.expand(batch, 4, length, length)
+        out = torch.nn.functional.scaled_dot_product_attention(query, query, query, attn_mask=mask)
+        return out.transpose(1, 2).contiguous().reshape(batch, length, -1)
+
+
+def onnx_export_error(model: torch.nn.Module, x: torch.Tensor) -> str | None:
+    """The innermost error of `torch.onnx.export(dynamo=True)` of `model` at `x` (batch and length dynamic), or None."""
+    dims = {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}
+    try:
+        with quiet_onnx_registry():
+            torch.onnx.export(model, (x,), dynamo=True, dynamic_shapes=(dims,), verbose=False, report=False)
+    except Exception as error:
+        while error.__cause__ is not None:
+            error = error.__cause__
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+def test_torch_onnx_fails_on_sdpa_whose_mask_requires_grad_unless_parameters_are_frozen():
+    """docs/INTEROP.md (t5, mt5, umt5, pop2piano, pix2struct, oneformer, doge, ...): on the CPU, SDPA runs the flash
+    kernel (output in the query's layout) when the mask does not require grad and the math kernel (contiguous output)
+    when it does; torch.onnx's decomposition traces without grad and turns `.contiguous()` into nothing and the
+    reshape into a view, its type-promotion pass re-runs with the parameters requiring grad, and the view fails.
+    If the first assertion fails, torch fixed it: update docs/INTEROP.md and the ONNX column."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 64)
+    query = x.view(2, 3, 4, 16).transpose(1, 2)
+    backends = {
+        requires_grad: torch._fused_sdp_choice(query, query, query, torch.zeros(2, 4, 3, 3, requires_grad=requires_grad))
+        for requires_grad in (False, True)
+    }
+    assert backends == {False: SDPBackend.FLASH_ATTENTION.value, True: SDPBackend.MATH.value}
+
+    model = LearnedBiasAttention()
+    error = onnx_export_error(model, x)
+    assert error is not None and re.match(r"ValueError: Cannot view a tensor with shape", error), error
+    model.requires_grad_(False)  # the workaround
+    assert onnx_export_error(model, x) is None
