@@ -15,7 +15,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst._nodes.internal import CodegenState
 from libcst.codemod import Codemod as LibcstCodemod
-from libcst.metadata import MetadataWrapper, QualifiedNameProvider
+from libcst.metadata import MetadataWrapper, ScopeProvider
 
 # transformers' line length (ruff, black): emitted code is laid out to it, so a patch passes its style checks.
 LINE_LENGTH = 119
@@ -143,16 +143,23 @@ class _NodeLineState(CodegenState):
 
     kinds: tuple[type, ...] = ()
     lines: dict[int, int] = field(default_factory=dict)  # id(node) -> 1-based line in the printed code
+    columns: dict[int, int] = field(default_factory=dict)  # id(node) -> 0-based column, as PositionProvider's
     _line: int = 1
-    _counted: int = 0  # tokens already counted into `_line`
+    _column: int = 0
+    _counted: int = 0  # tokens already counted into `_line` and `_column`
 
     def record_syntactic_position(self, node, *, start_node=None, end_node=None):
         if isinstance(node, self.kinds):
             for token in self.tokens[self._counted :]:
                 if "\n" in token or "\r" in token:
-                    self._line += len(_NEWLINE.findall(token))
+                    segments = _NEWLINE.split(token)
+                    self._line += len(segments) - 1
+                    self._column = len(segments[-1])
+                else:
+                    self._column += len(token)
             self._counted = len(self.tokens)
             self.lines[id(node)] = self._line
+            self.columns[id(node)] = self._column
         return contextlib.nullcontext()
 
 
@@ -244,14 +251,135 @@ class ScopeVisitor(cst.CSTVisitor):
 
 
 def qualified_names(wrapper: MetadataWrapper):
-    """node -> the set of its qualified names (`torch.nn.functional.pad`), from `wrapper`'s QualifiedNameProvider."""
-    resolved = wrapper.resolve(QualifiedNameProvider)
+    """node -> the set of its qualified names (`torch.nn.functional.pad`): what libcst's QualifiedNameProvider gives,
+    asked of the node's scope (that provider does the same for every node of the module, a visit of its own)."""
+    scopes = wrapper.resolve(ScopeProvider)
 
     def qualified(node: cst.CSTNode) -> set[str]:
-        value = resolved.get(node, ())
-        return {name.name for name in (value() if callable(value) else value)}
+        scope = scopes.get(node)
+        return {name.name for name in scope.get_qualified_names_for(node)} if scope else set()
 
     return qualified
+
+
+class CandidateStatements:
+    """Line numbers and qualified names for the nodes of the few top-level statements of `tree` that hold a codemod's
+    candidates, paid for those statements alone, not for the whole module:
+
+    - lines (and columns) where libcst's PositionProvider starts each node of `kinds` (but an `IndentedBlock`, which
+      the provider starts at its first statement), from one printing of each of `statements`, offset by where it
+      starts in the printed module (the engine's `StatementCodes`, printed once anyway, give the other statements'
+      lengths);
+    - qualified names from the scope analysis of a copy of `tree` in which only the bodies of `scopes` (the defs,
+      lambdas or other nodes inside `statements` whose names are asked; default: `statements` whole) and of the
+      defs and classes around them are kept, every other def's or class's body being `...`. A name in a kept body
+      resolves the same: its own and enclosing scopes are kept, a class body is not a scope of its methods, and a
+      def's body binds a name outside itself only through `global` (a statement that has the word keeps all its
+      bodies) or `nonlocal` (in an enclosing def, kept whole).
+
+    Each is worked out at the first question, so a codemod that asks none pays nothing. Nodes outside `statements`
+    have no line, and nodes outside `scopes` may have no qualified name: ask only of nodes inside them."""
+
+    def __init__(
+        self, codemod: Codemod, tree: cst.Module, statements, scopes=None, kinds: tuple[type, ...] = (cst.CSTNode,)
+    ):
+        self.codemod, self.tree, self.kinds = codemod, tree, kinds
+        self.statements = {id(stmt) for stmt in statements}
+        self.scopes = {id(node) for node in scopes} if scopes is not None else None
+        self._lines: dict[int, int] | None = None
+        self._columns: dict[int, int] = {}
+        self._qualified = None
+
+    def _print(self) -> None:
+        tree, lines = self.tree, {}
+        line = 1 + len(tree.header)
+        last = max((index for index, stmt in enumerate(tree.body) if id(stmt) in self.statements), default=-1)
+        for stmt in tree.body[: last + 1]:
+            if id(stmt) not in self.statements:
+                line += self.codemod.statement_code(tree, stmt).count("\n")
+                continue
+            state = _NodeLineState(
+                default_indent=tree.default_indent, default_newline=tree.default_newline, kinds=self.kinds
+            )
+            stmt._codegen(state)
+            code = "".join(state.tokens)
+            self.codemod.remember_statement_code(tree, stmt, code)
+            lines.update((key, line - 1 + at) for key, at in state.lines.items())
+            self._columns.update(state.columns)
+            line += code.count("\n")
+        self._lines = lines
+
+    def line(self, node: cst.CSTNode) -> int:
+        if self._lines is None:
+            self._print()
+        return self._lines[id(node)]
+
+    def column(self, node: cst.CSTNode) -> int:
+        if self._lines is None:
+            self._print()
+        return self._columns[id(node)]
+
+    def qualified(self, node: cst.CSTNode) -> set[str]:
+        """The set of `node`'s qualified names (`torch.nn.functional.pad`)."""
+        if self._qualified is None:
+            if self._lines is None:
+                self._print()  # prints the kept statements once, for the lines and the test for `global` below
+            body = []
+            for stmt in self.tree.body:
+                if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and "global" not in self.codemod.statement_code(
+                    self.tree, stmt
+                ):
+                    if id(stmt) not in self.statements:
+                        stmt = stmt.with_changes(body=_ELLIPSIS_BODY)
+                    elif self.scopes is not None:
+                        stmt = self._elided_around_scopes(stmt)
+                body.append(stmt)
+            elided = self.tree.with_changes(body=body)
+            self._qualified = qualified_names(MetadataWrapper(elided, unsafe_skip_copy=True))
+        return self._qualified(node)
+
+    def _elided_around_scopes(self, definition: cst.FunctionDef | cst.ClassDef) -> cst.FunctionDef | cst.ClassDef:
+        """`definition` with the body of each def and class in it that holds no scope `...` (a def that holds one is
+        kept whole: its nested defs may read its names)."""
+        scopes = self.scopes
+        if id(definition) in scopes:
+            return definition
+        if not holds(definition, lambda node: id(node) in scopes):
+            return definition.with_changes(body=_ELLIPSIS_BODY)
+        if isinstance(definition, cst.FunctionDef) or not isinstance(definition.body, cst.IndentedBlock):
+            return definition
+        members = [
+            self._elided_around_scopes(member) if isinstance(member, (cst.FunctionDef, cst.ClassDef)) else member
+            for member in definition.body.body
+        ]
+        return definition.with_changes(body=definition.body.with_changes(body=members))
+
+
+_ELLIPSIS_BODY = cst.IndentedBlock(body=[cst.SimpleStatementLine(body=[cst.Expr(cst.Ellipsis())])])
+
+
+def nodes_in(node: cst.CSTNode, wanted) -> list[cst.CSTNode]:
+    """The nodes in `node` (itself included) that `wanted(node)` accepts, from a walk of the fields (see
+    `child_nodes`), several times cheaper than a matcher search; not in source order."""
+    found, pending = [], [node]
+    while pending:
+        node = pending.pop()
+        if wanted(node):
+            found.append(node)
+        pending.extend(child_nodes(node))
+    return found
+
+
+def holds(node: cst.CSTNode, found) -> bool:
+    """Whether `node` or a node inside it is one that `found(node)` accepts: a walk of the fields (see
+    `child_nodes`), several times cheaper than a visitor or a matcher search."""
+    pending = [node]
+    while pending:
+        node = pending.pop()
+        if found(node):
+            return True
+        pending.extend(child_nodes(node))
+    return False
 
 
 class ReplaceNodes(cst.CSTTransformer):
@@ -263,6 +391,16 @@ class ReplaceNodes(cst.CSTTransformer):
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
         replacement = self.replacements.get(original_node)
         return replacement if replacement is not None else super().on_leave(original_node, updated_node)
+
+
+def replace_in_statements(tree: cst.Module, replacements: dict[cst.CSTNode, cst.CSTNode], statements) -> cst.Module:
+    """`tree` with each replacement where its original node is, visiting only `statements` (the top-level statements
+    that hold the originals): the others stay the same objects, which the engine then prints once."""
+    if not replacements:
+        return tree
+    rebuilt = {id(stmt) for stmt in statements}
+    transformer = ReplaceNodes(replacements)
+    return tree.with_changes(body=[stmt.visit(transformer) if id(stmt) in rebuilt else stmt for stmt in tree.body])
 
 
 # Nodes that hold only whitespace, comments and punctuation: searches for statements and expressions skip them

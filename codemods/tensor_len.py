@@ -27,17 +27,18 @@ import re
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .base import (
     EXPORTING,
     LINE_LENGTH,
+    CandidateStatements,
     Codemod,
-    ReplaceNodes,
     ScopeVisitor,
     export_twin,
+    holds,
     imports_torch,
-    qualified_names,
+    nodes_in,
+    replace_in_statements,
 )
 
 # Calls whose result is a new tensor of at least one dimension
@@ -71,6 +72,11 @@ else:
 """
 
 
+def _assigns_len(node: cst.CSTNode) -> bool:
+    """Whether `node` is an assignment of a call of something named `len` (what `LEN_ASSIGN` asks, and more)."""
+    return type(node) is cst.Assign and m.matches(node.value, m.Call(func=m.Name("len")))
+
+
 def _counted(stmt: cst.SimpleStatementLine) -> str:
     """`X` of `N = len(X)`"""
     return stmt.body[0].value.args[0].value.value
@@ -79,6 +85,16 @@ def _counted(stmt: cst.SimpleStatementLine) -> str:
 def _bound(stmt: cst.CSTNode) -> str | None:
     """`X` of `X = <call>`"""
     return stmt.body[0].targets[0].target.value if m.matches(stmt, CALL_ASSIGN) else None
+
+
+def _call_bindings(node: cst.CSTNode) -> dict[str, list[cst.SimpleStatementLine]]:
+    """`X` -> the statements `X = <call>` in `node`."""
+    found = {}
+    for stmt in nodes_in(node, lambda node: type(node) is cst.SimpleStatementLine):
+        name = _bound(stmt)
+        if name is not None:
+            found.setdefault(name, []).append(stmt)
+    return found
 
 
 def _names(node: cst.CSTNode) -> set[str]:
@@ -121,35 +137,52 @@ class TensorLen(Codemod):
         return any(re.search(CONCATENATION_TEXT.format(re.escape(name)), source) for name in sorted(names))
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        # Only a top-level statement that holds a `N = len(...)` can hold a candidate, and only one whose function
+        # binds `X = <call>` can be rewritten or refused: the visitor, the line numbers and the scope analysis are
+        # paid for those alone (a few functions of a module of thousands of lines)
+        holding = [stmt for stmt in tree.body if holds(stmt, _assigns_len)]
         candidates = _Candidates()
-        tree.visit(candidates)
-        if not candidates.found:
+        owners = {}  # candidate -> its top-level statement
+        for owner in holding:
+            count = len(candidates.found)
+            owner.visit(candidates)
+            owners.update((found[0], owner) for found in candidates.found[count:])
+        bindings = {}  # id(function) -> `X` -> the statements `X = <call>` in it
+        for _, _, _, function, _ in candidates.found:
+            if id(function) not in bindings:
+                bindings[id(function)] = _call_bindings(function.body)
+        found = [found for found in candidates.found if _counted(found[0]) in bindings[id(found[3])]]
+        if not found:
             return tree
-        wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
-        qualified = qualified_names(wrapper)
+        statements = CandidateStatements(
+            self,
+            tree,
+            [owners[stmt] for stmt, *_ in found],
+            [function for *_, function, _ in found],
+            kinds=(cst.SimpleStatementLine,),
+        )
+        qualified = statements.qualified
 
         def concatenates(stmt: cst.CSTNode, name: str) -> bool:
             return _bound(stmt) == name and bool(qualified(stmt.body[0].value.func) & set(CONCATENATIONS))
 
         has_torch = imports_torch(tree)
-        positions = None
         replacements = {}
-        for stmt, block, index, function, construct in candidates.found:
+        for stmt, block, index, function, construct in found:
             if qualified(stmt.body[0].value.func) != {"builtins.len"}:
                 continue
             tensor = _counted(stmt)
             # a candidate only where the function makes `X` a concatenation somewhere
-            if not any(concatenates(found, tensor) for found in m.findall(function.body, CALL_ASSIGN)):
+            if not any(concatenates(binding, tensor) for binding in bindings[id(function)][tensor]):
                 continue
             reason = self._refusal(stmt, block, index, function, tensor, concatenates, has_torch)
-            positions = positions or wrapper.resolve(PositionProvider)
-            line = positions[stmt].start.line
+            line = statements.line(stmt)
             if reason is not None:
                 self.report(line, "refused", construct, reason)
                 continue
-            replacements[stmt] = self._rewrite(stmt, positions[stmt].start.column)
+            replacements[stmt] = self._rewrite(stmt, statements.column(stmt))
             self.report(line, "rewritten", construct, f"len({tensor}) is {tensor}.shape[0] under export")
-        return tree.visit(ReplaceNodes(replacements)) if replacements else tree
+        return replace_in_statements(tree, replacements, [owners[stmt] for stmt in replacements])
 
     @staticmethod
     def _refusal(stmt, block, index, function, tensor, concatenates, has_torch) -> str | None:
