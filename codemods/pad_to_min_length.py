@@ -27,9 +27,17 @@ from __future__ import annotations
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper, PositionProvider
 
-from .base import EXPORTING, Codemod, ReplaceNodes, ScopeVisitor, export_twin, imports_torch, qualified_names
+from .base import (
+    EXPORTING,
+    CandidateStatements,
+    Codemod,
+    ScopeVisitor,
+    export_twin,
+    holds,
+    imports_torch,
+    replace_in_statements,
+)
 
 PAD = "torch.nn.functional.pad"
 _PADS = m.MatchIfTrue(lambda name: name.endswith("pad"))
@@ -106,6 +114,10 @@ class _Candidates(ScopeVisitor):
             self.found.append((node, self.functions[-1], ".".join(self.scopes)))
 
 
+def _tests_shorter(node: cst.CSTNode) -> bool:
+    return type(node) is cst.If and _shorter_test(node.test) is not None
+
+
 def _names(node: cst.CSTNode) -> list[str]:
     return [name.value for name in m.findall(node, m.Name())]
 
@@ -122,25 +134,32 @@ class PadToMinLength(Codemod):
         return ".shape[-1] <" in source and "pad(" in source
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        # Only a top-level statement that holds an `if` on `X.shape[-1] < K` can hold a candidate: the visitor, the
+        # line numbers and the scope analysis are paid for those statements alone
+        holding = [stmt for stmt in tree.body if holds(stmt, _tests_shorter)]
         candidates = _Candidates()
-        tree.visit(candidates)
+        owners = {}  # candidate -> its top-level statement
+        for owner in holding:
+            count = len(candidates.found)
+            owner.visit(candidates)
+            owners.update((found[0], owner) for found in candidates.found[count:])
         if not candidates.found:
             return tree
-        wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
-        positions = wrapper.resolve(PositionProvider)
-        qualified = qualified_names(wrapper)
+        statements = CandidateStatements(
+            self, tree, holding, [function for _, function, _ in candidates.found], kinds=(cst.If,)
+        )
 
         has_torch = imports_torch(tree)
         replacements = {}
         for node, function, construct in candidates.found:
-            line = positions[node].start.line
-            reason = self._refusal(node, function, qualified, has_torch)
+            line = statements.line(node)
+            reason = self._refusal(node, function, statements.qualified, has_torch)
             if reason is not None:
                 self.report(line, "refused", construct, reason)
                 continue
             replacements[node] = self._rewrite(node)
             self.report(line, "rewritten", construct, "pads with a slice of zeros and the states under export")
-        return tree.visit(ReplaceNodes(replacements)) if replacements else tree
+        return replace_in_statements(tree, replacements, [owners[node] for node in replacements])
 
     @staticmethod
     def _refusal(node: cst.If, function: cst.FunctionDef, qualified, has_torch: bool) -> str | None:

@@ -24,11 +24,21 @@ from __future__ import annotations
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper, PositionProvider
 
-from .base import EXPORTING, Codemod, ReplaceNodes, ScopeVisitor, export_twin, imports_torch, qualified_names
+from .base import (
+    EXPORTING,
+    CandidateStatements,
+    Codemod,
+    ScopeVisitor,
+    export_twin,
+    holds,
+    imports_torch,
+    replace_in_statements,
+)
 
 TAKE_ALONG_DIM = "torch.take_along_dim"
+# A call of something named `take_along_dim`: the statements worth a look (the name is resolved for those alone)
+NAMED_CALL = m.Call(func=m.Attribute(attr=m.Name("take_along_dim")) | m.Name("take_along_dim"))
 HELPER = "gather_along_dim"
 
 HELPER_CODE = '''def gather_along_dim(input: torch.Tensor, indices: torch.Tensor, dim: int) -> torch.Tensor:
@@ -65,13 +75,27 @@ def _arguments(call: cst.Call) -> tuple[cst.BaseExpression, cst.BaseExpression, 
     return values["input"], values["indices"], values["dim"]
 
 
+def _named_call(node: cst.CSTNode) -> bool:
+    """`m.matches(node, NAMED_CALL)`, without a matcher's cost at every node of a module."""
+    if type(node) is not cst.Call:
+        return False
+    func = node.func
+    return (type(func) is cst.Name and func.value == "take_along_dim") or (
+        type(func) is cst.Attribute and func.attr.value == "take_along_dim"
+    )
+
+
+def _names_helper(node: cst.CSTNode) -> bool:
+    return type(node) is cst.Name and node.value == HELPER
+
+
 class _Candidates(ScopeVisitor):
-    """Every statement of a function holding a call of something named `take_along_dim`, with the function's
-    qualname (`Class.method`); statements in the eager arm of an export twin (a second run) are left out."""
+    """Every statement of a function holding a call of something named `take_along_dim`, with the innermost function
+    and its qualname (`Class.method`); statements in the eager arm of an export twin (a second run) are left out."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.found: list[tuple[cst.SimpleStatementLine, str]] = []
+        self.found: list[tuple[cst.SimpleStatementLine, cst.FunctionDef, str]] = []
         self.rewritten: set[int] = set()
 
     def visit_If(self, node: cst.If) -> None:
@@ -79,33 +103,8 @@ class _Candidates(ScopeVisitor):
             self.rewritten.update(id(stmt) for stmt in node.orelse.body.body)
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-        if (
-            self.functions
-            and id(node) not in self.rewritten
-            and m.findall(node, m.Call(func=m.Attribute(attr=m.Name("take_along_dim")) | m.Name("take_along_dim")))
-        ):
-            self.found.append((node, ".".join(self.scopes)))
-
-
-class _Rewrite(ReplaceNodes):
-    """The replacements, and the helper function once per module."""
-
-    def __init__(self, replacements: dict[cst.SimpleStatementLine, cst.If], add_helper: bool) -> None:
-        super().__init__(replacements)
-        self.add_helper = add_helper
-
-    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        if not self.add_helper:
-            return updated_node
-        # before the first class or function (the rewritten statements are in one of them)
-        index = next(
-            (i for i, stmt in enumerate(original_node.body) if isinstance(stmt, (cst.ClassDef, cst.FunctionDef))),
-            len(original_node.body),
-        )
-        helper = cst.parse_statement(HELPER_CODE).with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-        body = list(updated_node.body)
-        body.insert(index, helper)
-        return updated_node.with_changes(body=body)
+        if self.functions and id(node) not in self.rewritten and m.findall(node, NAMED_CALL):
+            self.found.append((node, self.functions[-1], ".".join(self.scopes)))
 
 
 class TakeAlongDimGather(Codemod):
@@ -120,25 +119,33 @@ class TakeAlongDimGather(Codemod):
         return "take_along_dim(" in source
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        # Only a top-level statement that calls something named `take_along_dim` can hold a candidate: the visitor,
+        # the line numbers and the scope analysis are paid for those statements alone
+        holding = [stmt for stmt in tree.body if holds(stmt, _named_call)]
         candidates = _Candidates()
-        tree.visit(candidates)
+        owners = {}  # candidate -> its top-level statement
+        for owner in holding:
+            count = len(candidates.found)
+            owner.visit(candidates)
+            owners.update((found[0], owner) for found in candidates.found[count:])
         if not candidates.found:
             return tree
-        wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
-        positions = wrapper.resolve(PositionProvider)
-        qualified = qualified_names(wrapper)
+        statements = CandidateStatements(
+            self, tree, holding, [function for _, function, _ in candidates.found], kinds=(cst.SimpleStatementLine,)
+        )
+        qualified = statements.qualified
 
         module = self.context.full_module_name
         has_torch = imports_torch(tree)
-        helpers = [stmt for stmt in tree.body if m.matches(stmt, m.FunctionDef(name=m.Name(HELPER)))]
+        helpers = [stmt for stmt in tree.body if isinstance(stmt, cst.FunctionDef) and stmt.name.value == HELPER]
         ours = len(helpers) == 1 and tree.code_for_node(helpers[0]).strip() == HELPER_CODE.strip()
-        uses_name = any(name.value == HELPER for name in m.findall(tree, m.Name())) and not ours
+        uses_name = None  # whether the module names `gather_along_dim` otherwise: a walk of it, made when asked
         replacements = {}
-        for stmt, construct in candidates.found:
+        for stmt, _, construct in candidates.found:
             calls = [call for call in m.findall(stmt, m.Call()) if qualified(call.func) == {TAKE_ALONG_DIM}]
             if not calls:
                 continue
-            line = positions[stmt].start.line
+            line = statements.line(stmt)
             reason = None
             assign = m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Call())])
             arguments = _arguments(stmt.body[0].value) if m.matches(stmt, assign) else None
@@ -152,10 +159,13 @@ class TakeAlongDimGather(Codemod):
                 reason = "the call is not the whole value of a `Y = torch.take_along_dim(X, I, dim=D)` statement"
             elif arguments is None:
                 reason = "the call does not give `dim` (it flattens) or has other arguments"
-            elif uses_name:
-                reason = f"the module already uses the name `{HELPER}`"
-            elif not has_torch:
-                reason = "the module does not `import torch`"
+            else:
+                if uses_name is None:
+                    uses_name = not ours and any(holds(stmt, _names_helper) for stmt in tree.body)
+                if uses_name:
+                    reason = f"the module already uses the name `{HELPER}`"
+                elif not has_torch:
+                    reason = "the module does not `import torch`"
             if reason is not None:
                 self.report(line, "refused", construct, reason)
                 continue
@@ -163,7 +173,16 @@ class TakeAlongDimGather(Codemod):
             self.report(line, "rewritten", construct, "take_along_dim is a gather with checked sizes under export")
         if not replacements:
             return tree
-        return tree.visit(_Rewrite(replacements, add_helper=not ours))
+        rewritten = replace_in_statements(tree, replacements, [owners[stmt] for stmt in replacements])
+        if ours:
+            return rewritten
+        # the helper goes before the first class or function (the rewritten statements are in one of them)
+        index = next(
+            (i for i, stmt in enumerate(tree.body) if isinstance(stmt, (cst.ClassDef, cst.FunctionDef))),
+            len(tree.body),
+        )
+        helper = cst.parse_statement(HELPER_CODE).with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+        return rewritten.with_changes(body=[*rewritten.body[:index], helper, *rewritten.body[index:]])
 
     @staticmethod
     def _rewrite(stmt: cst.SimpleStatementLine, arguments) -> cst.If:
