@@ -227,29 +227,6 @@ def export_twin(
     return choice.with_changes(leading_lines=leading_lines, orelse=choice.orelse.with_changes(body=block))
 
 
-class ScopeVisitor(cst.CSTVisitor):
-    """A visitor that knows where it is: `scopes`, the names of the enclosing classes and functions (joined, a
-    `Class.method` qualname), and `functions`, the enclosing function nodes."""
-
-    def __init__(self) -> None:
-        self.scopes: list[str] = []
-        self.functions: list[cst.FunctionDef] = []
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.scopes.append(node.name.value)
-
-    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
-        self.scopes.pop()
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.scopes.append(node.name.value)
-        self.functions.append(node)
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self.scopes.pop()
-        self.functions.pop()
-
-
 def qualified_names(wrapper: MetadataWrapper):
     """node -> the set of its qualified names (`torch.nn.functional.pad`): what libcst's QualifiedNameProvider gives,
     asked of the node's scope (that provider does the same for every node of the module, a visit of its own)."""
@@ -394,13 +371,53 @@ class ReplaceNodes(cst.CSTTransformer):
 
 
 def replace_in_statements(tree: cst.Module, replacements: dict[cst.CSTNode, cst.CSTNode], statements) -> cst.Module:
-    """`tree` with each replacement where its original node is, visiting only `statements` (the top-level statements
-    that hold the originals): the others stay the same objects, which the engine then prints once."""
+    """`tree` with each replacement where its original node is (by identity). Only `statements` (the top-level
+    statements that hold the originals) are walked, and only the nodes on the way down to an original are rebuilt:
+    the others stay the same objects (the engine prints an unchanged top-level statement once), without a
+    transformer's visit, which rebuilds every node."""
     if not replacements:
         return tree
+    new_of = {id(original): new for original, new in replacements.items()}
     rebuilt = {id(stmt) for stmt in statements}
-    transformer = ReplaceNodes(replacements)
-    return tree.with_changes(body=[stmt.visit(transformer) if id(stmt) in rebuilt else stmt for stmt in tree.body])
+    return tree.with_changes(body=[_rebuilt(stmt, new_of) if id(stmt) in rebuilt else stmt for stmt in tree.body])
+
+
+def _rebuilt(node: cst.CSTNode, new_of: dict[int, cst.CSTNode]) -> cst.CSTNode:
+    new = new_of.get(id(node))
+    if new is not None:
+        return new
+    changes = {}
+    for name in _child_fields(node):
+        value = getattr(node, name)
+        kind = type(value)
+        if kind is list or kind is tuple:
+            items = [_rebuilt(item, new_of) if descends(type(item)) else item for item in value]
+            if any(item is not old for item, old in zip(items, value)):
+                changes[name] = items
+        elif descends(kind):
+            item = _rebuilt(value, new_of)
+            if item is not value:
+                changes[name] = item
+    return node.with_changes(**changes) if changes else node
+
+
+def scoped_nodes(node: cst.CSTNode, kinds: tuple[type, ...]) -> list[tuple[cst.CSTNode, str, tuple]]:
+    """(found, qualname, functions) for each node of exactly one of `kinds` in `node` (itself included): `qualname`
+    the names of the classes and defs around it in `node` joined (`Class.method`), `functions` the defs around it,
+    innermost last. A walk of the fields (several times cheaper than a visitor); not in source order."""
+    found = []
+    pending = [(node, (), ())]
+    while pending:
+        node, scopes, functions = pending.pop()
+        kind = type(node)
+        if kind in kinds:
+            found.append((node, ".".join(scopes), functions))
+        if kind is cst.ClassDef:
+            scopes = (*scopes, node.name.value)
+        elif kind is cst.FunctionDef:
+            scopes, functions = (*scopes, node.name.value), (*functions, node)
+        pending.extend((child, scopes, functions) for child in child_nodes(node))
+    return found
 
 
 # Nodes that hold only whitespace, comments and punctuation: searches for statements and expressions skip them
@@ -440,15 +457,19 @@ def descends(kind: type) -> bool:
     return found
 
 
+def _child_fields(node: cst.CSTNode) -> tuple[str, ...]:
+    names = _CHILD_FIELDS.get(type(node))
+    if names is None:
+        names = _CHILD_FIELDS[type(node)] = tuple(f.name for f in fields(node))
+    return names
+
+
 def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
     """The child nodes of `node` but tokens, read from its fields: what a libcst visitor would descend into, without
     the visitor's dispatch at every node (several times the cost). Order is field order, not always source order:
     for searches whose answer is a set."""
-    names = _CHILD_FIELDS.get(type(node))
-    if names is None:
-        names = _CHILD_FIELDS[type(node)] = tuple(f.name for f in fields(node))
     found = []
-    for name in names:
+    for name in _child_fields(node):
         value = getattr(node, name)
         kind = type(value)
         if kind is list or kind is tuple:

@@ -29,11 +29,11 @@ from .base import (
     EXPORTING,
     CandidateStatements,
     Codemod,
-    ScopeVisitor,
     export_twin,
     holds,
     imports_torch,
     replace_in_statements,
+    scoped_nodes,
 )
 
 TAKE_ALONG_DIM = "torch.take_along_dim"
@@ -89,22 +89,18 @@ def _names_helper(node: cst.CSTNode) -> bool:
     return type(node) is cst.Name and node.value == HELPER
 
 
-class _Candidates(ScopeVisitor):
-    """Every statement of a function holding a call of something named `take_along_dim`, with the innermost function
-    and its qualname (`Class.method`); statements in the eager arm of an export twin (a second run) are left out."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: list[tuple[cst.SimpleStatementLine, cst.FunctionDef, str]] = []
-        self.rewritten: set[int] = set()
-
-    def visit_If(self, node: cst.If) -> None:
-        if m.matches(node.test, EXPORTING) and isinstance(node.orelse, cst.Else):
-            self.rewritten.update(id(stmt) for stmt in node.orelse.body.body)
-
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-        if self.functions and id(node) not in self.rewritten and m.findall(node, NAMED_CALL):
-            self.found.append((node, self.functions[-1], ".".join(self.scopes)))
+def _candidates(owner: cst.BaseStatement) -> list[tuple[cst.SimpleStatementLine, cst.FunctionDef, str]]:
+    """Every statement of a function in the top-level statement `owner` holding a call of something named
+    `take_along_dim`, with the innermost function and its qualname (`Class.method`); statements in the eager arm of
+    an export twin (a second run) are left out."""
+    statements, twins = [], set()
+    for node, qualname, functions in scoped_nodes(owner, (cst.If, cst.SimpleStatementLine)):
+        if type(node) is cst.If:
+            if type(node.test) is cst.Call and m.matches(node.test, EXPORTING) and isinstance(node.orelse, cst.Else):
+                twins.update(id(stmt) for stmt in node.orelse.body.body)
+        elif functions:
+            statements.append((node, functions[-1], qualname))
+    return [found for found in statements if id(found[0]) not in twins and holds(found[0], _named_call)]
 
 
 class TakeAlongDimGather(Codemod):
@@ -119,19 +115,18 @@ class TakeAlongDimGather(Codemod):
         return "take_along_dim(" in source
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        # Only a top-level statement that calls something named `take_along_dim` can hold a candidate: the visitor,
-        # the line numbers and the scope analysis are paid for those statements alone
+        # Only a top-level statement that calls something named `take_along_dim` can hold a candidate: the candidate
+        # search, the line numbers and the scope analysis are paid for those statements alone
         holding = [stmt for stmt in tree.body if holds(stmt, _named_call)]
-        candidates = _Candidates()
-        owners = {}  # candidate -> its top-level statement
+        candidates, owners = [], {}  # owners: candidate -> its top-level statement
         for owner in holding:
-            count = len(candidates.found)
-            owner.visit(candidates)
-            owners.update((found[0], owner) for found in candidates.found[count:])
-        if not candidates.found:
+            for found in _candidates(owner):
+                candidates.append(found)
+                owners[found[0]] = owner
+        if not candidates:
             return tree
         statements = CandidateStatements(
-            self, tree, holding, [function for _, function, _ in candidates.found], kinds=(cst.SimpleStatementLine,)
+            self, tree, holding, [function for _, function, _ in candidates], kinds=(cst.SimpleStatementLine,)
         )
         qualified = statements.qualified
 
@@ -141,7 +136,7 @@ class TakeAlongDimGather(Codemod):
         ours = len(helpers) == 1 and tree.code_for_node(helpers[0]).strip() == HELPER_CODE.strip()
         uses_name = None  # whether the module names `gather_along_dim` otherwise: a walk of it, made when asked
         replacements = {}
-        for stmt, _, construct in candidates.found:
+        for stmt, _, construct in candidates:
             calls = [call for call in m.findall(stmt, m.Call()) if qualified(call.func) == {TAKE_ALONG_DIM}]
             if not calls:
                 continue

@@ -33,12 +33,12 @@ from .base import (
     LINE_LENGTH,
     CandidateStatements,
     Codemod,
-    ScopeVisitor,
     export_twin,
     holds,
     imports_torch,
     nodes_in,
     replace_in_statements,
+    scoped_nodes,
 )
 
 # Calls whose result is a new tensor of at least one dimension
@@ -101,25 +101,25 @@ def _names(node: cst.CSTNode) -> set[str]:
     return {name.value for name in m.findall(node, m.Name())}
 
 
-class _Candidates(ScopeVisitor):
-    """Every `N = len(X)` statement of a function, with its block, its index there, the innermost function and its
-    qualname (`Class.method`)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: list[tuple[cst.SimpleStatementLine, list[cst.BaseStatement], int, cst.FunctionDef, str]] = []
-        self.rewritten: set[int] = set()  # ids of the `else` arms of export twins this codemod added (a second run)
-
-    def visit_If(self, node: cst.If) -> None:
-        if m.matches(node.test, EXPORTING) and isinstance(node.orelse, cst.Else):
-            self.rewritten.add(id(node.orelse.body))
-
-    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
-        if not self.functions or id(node) in self.rewritten:
-            return
-        for index, stmt in enumerate(node.body):
-            if m.matches(stmt, LEN_ASSIGN):
-                self.found.append((stmt, node.body, index, self.functions[-1], ".".join(self.scopes)))
+def _candidates(owner: cst.BaseStatement) -> list[tuple]:
+    """Every `N = len(X)` statement of a function in the top-level statement `owner`, with its block, its index
+    there, the innermost function and its qualname (`Class.method`); the `else` arms of export twins this codemod
+    added (a second run) are left out."""
+    blocks, twins = [], set()
+    for node, qualname, functions in scoped_nodes(owner, (cst.If, cst.IndentedBlock)):
+        if type(node) is cst.If:
+            if type(node.test) is cst.Call and m.matches(node.test, EXPORTING) and isinstance(node.orelse, cst.Else):
+                twins.add(id(node.orelse.body))
+        elif functions:
+            blocks.append((node, qualname, functions[-1]))
+    found = []
+    for block, qualname, function in blocks:
+        if id(block) in twins:
+            continue
+        for index, stmt in enumerate(block.body):
+            if type(stmt) is cst.SimpleStatementLine and m.matches(stmt, LEN_ASSIGN):
+                found.append((stmt, block.body, index, function, qualname))
+    return found
 
 
 class TensorLen(Codemod):
@@ -138,20 +138,19 @@ class TensorLen(Codemod):
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # Only a top-level statement that holds a `N = len(...)` can hold a candidate, and only one whose function
-        # binds `X = <call>` can be rewritten or refused: the visitor, the line numbers and the scope analysis are
-        # paid for those alone (a few functions of a module of thousands of lines)
+        # binds `X = <call>` can be rewritten or refused: the candidate search, the line numbers and the scope
+        # analysis are paid for those alone (a few functions of a module of thousands of lines)
         holding = [stmt for stmt in tree.body if holds(stmt, _assigns_len)]
-        candidates = _Candidates()
-        owners = {}  # candidate -> its top-level statement
+        candidates, owners = [], {}  # owners: candidate -> its top-level statement
         for owner in holding:
-            count = len(candidates.found)
-            owner.visit(candidates)
-            owners.update((found[0], owner) for found in candidates.found[count:])
+            for found in _candidates(owner):
+                candidates.append(found)
+                owners[found[0]] = owner
         bindings = {}  # id(function) -> `X` -> the statements `X = <call>` in it
-        for _, _, _, function, _ in candidates.found:
+        for _, _, _, function, _ in candidates:
             if id(function) not in bindings:
                 bindings[id(function)] = _call_bindings(function.body)
-        found = [found for found in candidates.found if _counted(found[0]) in bindings[id(found[3])]]
+        found = [found for found in candidates if _counted(found[0]) in bindings[id(found[3])]]
         if not found:
             return tree
         statements = CandidateStatements(
