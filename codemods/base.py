@@ -138,8 +138,8 @@ _NEWLINE = re.compile(r"\r\n?|\n")
 
 @dataclass
 class _NodeLineState(CodegenState):
-    """A plain code generation that notes the line where each node of `kinds` starts as it prints it: the line
-    libcst's PositionProvider gives as the node's start, without that provider's bookkeeping at every node."""
+    """A plain code generation that notes the line and column where each node of `kinds` starts as it prints it:
+    where libcst's PositionProvider starts the node, without that provider's bookkeeping at every node."""
 
     kinds: tuple[type, ...] = ()
     lines: dict[int, int] = field(default_factory=dict)  # id(node) -> 1-based line in the printed code
@@ -148,19 +148,27 @@ class _NodeLineState(CodegenState):
     _column: int = 0
     _counted: int = 0  # tokens already counted into `_line` and `_column`
 
+    def before_codegen(self, node) -> None:
+        # PositionProvider starts a node that records no syntactic position (a parameter, an argument) here
+        if isinstance(node, self.kinds):
+            self._note(node)
+
     def record_syntactic_position(self, node, *, start_node=None, end_node=None):
         if isinstance(node, self.kinds):
-            for token in self.tokens[self._counted :]:
-                if "\n" in token or "\r" in token:
-                    segments = _NEWLINE.split(token)
-                    self._line += len(segments) - 1
-                    self._column = len(segments[-1])
-                else:
-                    self._column += len(token)
-            self._counted = len(self.tokens)
-            self.lines[id(node)] = self._line
-            self.columns[id(node)] = self._column
+            self._note(node)
         return contextlib.nullcontext()
+
+    def _note(self, node) -> None:
+        for token in self.tokens[self._counted :]:
+            if "\n" in token or "\r" in token:
+                segments = _NEWLINE.split(token)
+                self._line += len(segments) - 1
+                self._column = len(segments[-1])
+            else:
+                self._column += len(token)
+        self._counted = len(self.tokens)
+        self.lines[id(node)] = self._line
+        self.columns[id(node)] = self._column
 
 
 def statement_node_lines(module: cst.Module, stmt: cst.CSTNode, kinds: tuple[type, ...]) -> tuple[str, dict[int, int]]:
