@@ -257,10 +257,12 @@ class CandidateStatements:
       lengths);
     - qualified names from the scope analysis of a copy of `tree` in which only the bodies of `scopes` (the defs,
       lambdas or other nodes inside `statements` whose names are asked; default: `statements` whole) and of the
-      defs and classes around them are kept, every other def's or class's body being `...`. A name in a kept body
-      resolves the same: its own and enclosing scopes are kept, a class body is not a scope of its methods, and a
-      def's body binds a name outside itself only through `global` (a statement that has the word keeps all its
-      bodies) or `nonlocal` (in an enclosing def, kept whole).
+      defs and classes around them are kept, every other def's or class's body being `...` (and the def or class
+      nothing but its name when its top-level statement has no `:=`). A name in a kept body resolves the same: its
+      own and enclosing scopes are kept, a class body is not a scope of its methods, a def's or class's decorators,
+      parameters, annotations and bases bind no name but through `:=`, and a body binds a name outside itself only
+      through `global` (a statement that has the word keeps all its bodies) or `nonlocal` (in an enclosing def,
+      kept whole).
 
     Each is worked out at the first question, so a codemod that asks none pays nothing. Nodes outside `statements`
     have no line, and nodes outside `scopes` may have no qualified name: ask only of nodes inside them."""
@@ -311,33 +313,50 @@ class CandidateStatements:
                 self._print()  # prints the kept statements once, for the lines and the test for `global` below
             body = []
             for stmt in self.tree.body:
-                if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and "global" not in self.codemod.statement_code(
-                    self.tree, stmt
-                ):
-                    if id(stmt) not in self.statements:
-                        stmt = stmt.with_changes(body=_ELLIPSIS_BODY)
+                if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+                    code = self.codemod.statement_code(self.tree, stmt)
+                    # Without `:=` in it, a def's or class's decorators, parameters, annotations and bases only read
+                    # names: its name alone binds what it binds
+                    named_only = ":=" not in code
+                    if "global" in code:
+                        pass
+                    elif id(stmt) not in self.statements:
+                        stmt = _elided(stmt, named_only)
                     elif self.scopes is not None:
-                        stmt = self._elided_around_scopes(stmt)
+                        stmt = self._elided_around_scopes(stmt, named_only)
                 body.append(stmt)
             elided = self.tree.with_changes(body=body)
             self._qualified = qualified_names(MetadataWrapper(elided, unsafe_skip_copy=True))
         return self._qualified(node)
 
-    def _elided_around_scopes(self, definition: cst.FunctionDef | cst.ClassDef) -> cst.FunctionDef | cst.ClassDef:
-        """`definition` with the body of each def and class in it that holds no scope `...` (a def that holds one is
-        kept whole: its nested defs may read its names)."""
+    def _elided_around_scopes(self, definition: cst.FunctionDef | cst.ClassDef, named_only: bool):
+        """`definition` with each def and class in it that holds no scope elided (a def that holds one is kept
+        whole: its nested defs may read its names)."""
         scopes = self.scopes
         if id(definition) in scopes:
             return definition
         if not holds(definition, lambda node: id(node) in scopes):
-            return definition.with_changes(body=_ELLIPSIS_BODY)
+            return _elided(definition, named_only)
         if isinstance(definition, cst.FunctionDef) or not isinstance(definition.body, cst.IndentedBlock):
             return definition
         members = [
-            self._elided_around_scopes(member) if isinstance(member, (cst.FunctionDef, cst.ClassDef)) else member
+            (
+                self._elided_around_scopes(member, named_only)
+                if isinstance(member, (cst.FunctionDef, cst.ClassDef))
+                else member
+            )
             for member in definition.body.body
         ]
         return definition.with_changes(body=definition.body.with_changes(body=members))
+
+
+def _elided(definition: cst.FunctionDef | cst.ClassDef, named_only: bool) -> cst.FunctionDef | cst.ClassDef:
+    """`definition` with the body `...`, and nothing but its name when `named_only`."""
+    if not named_only:
+        return definition.with_changes(body=_ELLIPSIS_BODY)
+    if isinstance(definition, cst.FunctionDef):
+        return cst.FunctionDef(name=definition.name, params=cst.Parameters(), body=_ELLIPSIS_BODY)
+    return cst.ClassDef(name=definition.name, body=_ELLIPSIS_BODY)
 
 
 _ELLIPSIS_BODY = cst.IndentedBlock(body=[cst.SimpleStatementLine(body=[cst.Expr(cst.Ellipsis())])])

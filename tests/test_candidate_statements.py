@@ -37,6 +37,10 @@ def shadows():
     return torch
 
 
+def default(arg=(assigned := join)):
+    return arg
+
+
 class Model:
     len = 3
 
@@ -46,7 +50,7 @@ class Model:
 
     def forward(self, x):
         y = join([x, x])
-        z = stack([x])
+        z = stack([x]) + assigned([x])
 
         def inner():
             return len(y) + torch.cat([y]).shape[0]
@@ -106,10 +110,12 @@ def test_qualified_names_are_the_whole_modules_inside_the_scopes():
     expected = _qualified(module)
     names = [node for node in _nodes(forward) if isinstance(node, (cst.Name, cst.Attribute))]
     assert [statements.qualified(node) for node in names] == [expected(node) for node in names]
-    # What the elision has to keep: the binding made through `global` in another function, the class's own
-    # `len` not being a scope of its methods, the import of `torch` in another function not reaching here
+    # What the elision has to keep: the binding made through `global` in another function and by `:=` in another
+    # function's default, the class's own `len` not being a scope of its methods, the import of `torch` in another
+    # function not reaching here
     spelled = {cst.Module(body=[]).code_for_node(node): statements.qualified(node) for node in names}
     assert spelled["stack"] == {"stack"}
+    assert spelled["assigned"] == {"assigned"}
     assert spelled["len"] == {"builtins.len"}
     assert spelled["torch.cat"] == {"torch.cat"}
     assert spelled["join"] == {"torch.cat"}
