@@ -74,7 +74,10 @@ else:
 
 def _assigns_len(node: cst.CSTNode) -> bool:
     """Whether `node` is an assignment of a call of something named `len` (what `LEN_ASSIGN` asks, and more)."""
-    return type(node) is cst.Assign and m.matches(node.value, m.Call(func=m.Name("len")))
+    if type(node) is not cst.Assign or type(node.value) is not cst.Call:
+        return False
+    func = node.value.func
+    return type(func) is cst.Name and func.value == "len"
 
 
 def _counted(stmt: cst.SimpleStatementLine) -> str:
@@ -88,13 +91,19 @@ def _bound(stmt: cst.CSTNode) -> str | None:
 
 
 def _call_bindings(node: cst.CSTNode) -> dict[str, list[cst.SimpleStatementLine]]:
-    """`X` -> the statements `X = <call>` in `node`."""
+    """`X` -> the statements `X = <call>` in `node` that may be concatenations: the call of a name (which an import
+    may alias) or of an attribute named as one of `CONCATENATIONS` (an attribute's qualified names end in its own
+    name)."""
     found = {}
     for stmt in nodes_in(node, lambda node: type(node) is cst.SimpleStatementLine):
         name = _bound(stmt)
-        if name is not None:
+        func = stmt.body[0].value.func if name is not None else None
+        if type(func) is cst.Name or (type(func) is cst.Attribute and func.attr.value in _CONCATENATION_NAMES):
             found.setdefault(name, []).append(stmt)
     return found
+
+
+_CONCATENATION_NAMES = frozenset(name.rsplit(".", 1)[1] for name in CONCATENATIONS)
 
 
 def _names(node: cst.CSTNode) -> set[str]:
