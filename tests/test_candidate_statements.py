@@ -22,7 +22,7 @@ SOURCES = [
     for path in sorted((FIXTURES / folder).glob("*.in.py"))
 ]
 CRLF = "# c\r\n\r\nclass A:\r\n    @staticmethod\r\n    def f(x):\r\n        return (\r\n\tx)\r\n\r\n\r\ndef g(): pass\r\n"
-SCOPES = '''import torch
+SCOPES = """import torch
 from torch import cat as join
 
 
@@ -56,7 +56,7 @@ class Model:
             return len(y) + torch.cat([y]).shape[0]
 
         return torch.cat([y, z]), len(y), inner, other
-'''
+"""
 
 
 def _codemod() -> TensorLen:
