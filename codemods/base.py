@@ -484,6 +484,10 @@ def descends(kind: type) -> bool:
     return found
 
 
+# Nodes whose fields hold only a value and parentheses, the most frequent nodes of a module (names above all)
+_LEAVES = frozenset({cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis})
+
+
 def _child_fields(node: cst.CSTNode) -> tuple[str, ...]:
     names = _CHILD_FIELDS.get(type(node))
     if names is None:
@@ -495,6 +499,8 @@ def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
     """The child nodes of `node` but tokens, read from its fields: what a libcst visitor would descend into, without
     the visitor's dispatch at every node (several times the cost). Order is field order, not always source order:
     for searches whose answer is a set."""
+    if type(node) in _LEAVES:
+        return []
     found = []
     for name in _child_fields(node):
         value = getattr(node, name)
