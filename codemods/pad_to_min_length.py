@@ -137,7 +137,11 @@ class PadToMinLength(Codemod):
         if not candidates:
             return tree
         statements = CandidateStatements(
-            self, tree, holding, [function for _, function, _ in candidates], kinds=(cst.If,)
+            self,
+            tree,
+            [owners[node] for node, _, _ in candidates],
+            [function for _, function, _ in candidates],
+            kinds=(cst.If,),
         )
 
         has_torch = imports_torch(tree)

@@ -126,7 +126,11 @@ class TakeAlongDimGather(Codemod):
         if not candidates:
             return tree
         statements = CandidateStatements(
-            self, tree, holding, [function for _, function, _ in candidates], kinds=(cst.SimpleStatementLine,)
+            self,
+            tree,
+            [owners[node] for node, _, _ in candidates],
+            [function for _, function, _ in candidates],
+            kinds=(cst.SimpleStatementLine,),
         )
         qualified = statements.qualified
 
