@@ -15,7 +15,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst._nodes.internal import CodegenState
 from libcst.codemod import Codemod as LibcstCodemod
-from libcst.metadata import MetadataWrapper, QualifiedNameProvider
+from libcst.metadata import MetadataWrapper, ScopeProvider
 
 # transformers' line length (ruff, black): emitted code is laid out to it, so a patch passes its style checks.
 LINE_LENGTH = 119
@@ -138,22 +138,37 @@ _NEWLINE = re.compile(r"\r\n?|\n")
 
 @dataclass
 class _NodeLineState(CodegenState):
-    """A plain code generation that notes the line where each node of `kinds` starts as it prints it: the line
-    libcst's PositionProvider gives as the node's start, without that provider's bookkeeping at every node."""
+    """A plain code generation that notes the line and column where each node of `kinds` starts as it prints it:
+    where libcst's PositionProvider starts the node, without that provider's bookkeeping at every node."""
 
     kinds: tuple[type, ...] = ()
     lines: dict[int, int] = field(default_factory=dict)  # id(node) -> 1-based line in the printed code
+    columns: dict[int, int] = field(default_factory=dict)  # id(node) -> 0-based column, as PositionProvider's
     _line: int = 1
-    _counted: int = 0  # tokens already counted into `_line`
+    _column: int = 0
+    _counted: int = 0  # tokens already counted into `_line` and `_column`
+
+    def before_codegen(self, node) -> None:
+        # PositionProvider starts a node that records no syntactic position (a parameter, an argument) here
+        if isinstance(node, self.kinds):
+            self._note(node)
 
     def record_syntactic_position(self, node, *, start_node=None, end_node=None):
         if isinstance(node, self.kinds):
-            for token in self.tokens[self._counted :]:
-                if "\n" in token or "\r" in token:
-                    self._line += len(_NEWLINE.findall(token))
-            self._counted = len(self.tokens)
-            self.lines[id(node)] = self._line
+            self._note(node)
         return contextlib.nullcontext()
+
+    def _note(self, node) -> None:
+        for token in self.tokens[self._counted :]:
+            if "\n" in token or "\r" in token:
+                segments = _NEWLINE.split(token)
+                self._line += len(segments) - 1
+                self._column = len(segments[-1])
+            else:
+                self._column += len(token)
+        self._counted = len(self.tokens)
+        self.lines[id(node)] = self._line
+        self.columns[id(node)] = self._column
 
 
 def statement_node_lines(module: cst.Module, stmt: cst.CSTNode, kinds: tuple[type, ...]) -> tuple[str, dict[int, int]]:
@@ -220,38 +235,155 @@ def export_twin(
     return choice.with_changes(leading_lines=leading_lines, orelse=choice.orelse.with_changes(body=block))
 
 
-class ScopeVisitor(cst.CSTVisitor):
-    """A visitor that knows where it is: `scopes`, the names of the enclosing classes and functions (joined, a
-    `Class.method` qualname), and `functions`, the enclosing function nodes."""
-
-    def __init__(self) -> None:
-        self.scopes: list[str] = []
-        self.functions: list[cst.FunctionDef] = []
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.scopes.append(node.name.value)
-
-    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
-        self.scopes.pop()
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.scopes.append(node.name.value)
-        self.functions.append(node)
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self.scopes.pop()
-        self.functions.pop()
-
-
 def qualified_names(wrapper: MetadataWrapper):
-    """node -> the set of its qualified names (`torch.nn.functional.pad`), from `wrapper`'s QualifiedNameProvider."""
-    resolved = wrapper.resolve(QualifiedNameProvider)
+    """node -> the set of its qualified names (`torch.nn.functional.pad`): what libcst's QualifiedNameProvider gives,
+    asked of the node's scope (that provider does the same for every node of the module, a visit of its own)."""
+    scopes = wrapper.resolve(ScopeProvider)
 
     def qualified(node: cst.CSTNode) -> set[str]:
-        value = resolved.get(node, ())
-        return {name.name for name in (value() if callable(value) else value)}
+        scope = scopes.get(node)
+        return {name.name for name in scope.get_qualified_names_for(node)} if scope else set()
 
     return qualified
+
+
+class CandidateStatements:
+    """Line numbers and qualified names for the nodes of the few top-level statements of `tree` that hold a codemod's
+    candidates, paid for those statements alone, not for the whole module:
+
+    - lines (and columns) where libcst's PositionProvider starts each node of `kinds` (but an `IndentedBlock`, which
+      the provider starts at its first statement), from one printing of each of `statements`, offset by where it
+      starts in the printed module (the engine's `StatementCodes`, printed once anyway, give the other statements'
+      lengths);
+    - qualified names from the scope analysis of a copy of `tree` in which only the bodies of `scopes` (the defs,
+      lambdas or other nodes inside `statements` whose names are asked; default: `statements` whole) and of the
+      defs and classes around them are kept, every other def's or class's body being `...` (and the def or class
+      nothing but its name when its top-level statement has no `:=`). A name in a kept body resolves the same: its
+      own and enclosing scopes are kept, a class body is not a scope of its methods, a def's or class's decorators,
+      parameters, annotations and bases bind no name but through `:=`, and a body binds a name outside itself only
+      through `global` (a statement that has the word keeps all its bodies) or `nonlocal` (in an enclosing def,
+      kept whole).
+
+    Each is worked out at the first question, so a codemod that asks none pays nothing. Nodes outside `statements`
+    have no line, and nodes outside `scopes` may have no qualified name: ask only of nodes inside them."""
+
+    def __init__(
+        self, codemod: Codemod, tree: cst.Module, statements, scopes=None, kinds: tuple[type, ...] = (cst.CSTNode,)
+    ):
+        self.codemod, self.tree, self.kinds = codemod, tree, kinds
+        self.statements = {id(stmt) for stmt in statements}
+        self.scopes = {id(node) for node in scopes} if scopes is not None else None
+        self._lines: dict[int, int] | None = None
+        self._columns: dict[int, int] = {}
+        self._qualified = None
+
+    def _print(self) -> None:
+        tree, lines = self.tree, {}
+        line = 1 + len(tree.header)
+        last = max((index for index, stmt in enumerate(tree.body) if id(stmt) in self.statements), default=-1)
+        for stmt in tree.body[: last + 1]:
+            if id(stmt) not in self.statements:
+                line += self.codemod.statement_code(tree, stmt).count("\n")
+                continue
+            state = _NodeLineState(
+                default_indent=tree.default_indent, default_newline=tree.default_newline, kinds=self.kinds
+            )
+            stmt._codegen(state)
+            code = "".join(state.tokens)
+            self.codemod.remember_statement_code(tree, stmt, code)
+            lines.update((key, line - 1 + at) for key, at in state.lines.items())
+            self._columns.update(state.columns)
+            line += code.count("\n")
+        self._lines = lines
+
+    def line(self, node: cst.CSTNode) -> int:
+        if self._lines is None:
+            self._print()
+        return self._lines[id(node)]
+
+    def column(self, node: cst.CSTNode) -> int:
+        if self._lines is None:
+            self._print()
+        return self._columns[id(node)]
+
+    def qualified(self, node: cst.CSTNode) -> set[str]:
+        """The set of `node`'s qualified names (`torch.nn.functional.pad`)."""
+        if self._qualified is None:
+            if self._lines is None:
+                self._print()  # prints the kept statements once, for the lines and the test for `global` below
+            body = []
+            for stmt in self.tree.body:
+                if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+                    code = self.codemod.statement_code(self.tree, stmt)
+                    # Without `:=` in it, a def's or class's decorators, parameters, annotations and bases only read
+                    # names: its name alone binds what it binds
+                    named_only = ":=" not in code
+                    if "global" in code:
+                        pass
+                    elif id(stmt) not in self.statements:
+                        stmt = _elided(stmt, named_only)
+                    elif self.scopes is not None:
+                        stmt = self._elided_around_scopes(stmt, named_only)
+                body.append(stmt)
+            elided = self.tree.with_changes(body=body)
+            self._qualified = qualified_names(MetadataWrapper(elided, unsafe_skip_copy=True))
+        return self._qualified(node)
+
+    def _elided_around_scopes(self, definition: cst.FunctionDef | cst.ClassDef, named_only: bool):
+        """`definition` with each def and class in it that holds no scope elided (a def that holds one is kept
+        whole: its nested defs may read its names)."""
+        scopes = self.scopes
+        if id(definition) in scopes:
+            return definition
+        if not holds(definition, lambda node: id(node) in scopes):
+            return _elided(definition, named_only)
+        if isinstance(definition, cst.FunctionDef) or not isinstance(definition.body, cst.IndentedBlock):
+            return definition
+        members = [
+            (
+                self._elided_around_scopes(member, named_only)
+                if isinstance(member, (cst.FunctionDef, cst.ClassDef))
+                else member
+            )
+            for member in definition.body.body
+        ]
+        return definition.with_changes(body=definition.body.with_changes(body=members))
+
+
+def _elided(definition: cst.FunctionDef | cst.ClassDef, named_only: bool) -> cst.FunctionDef | cst.ClassDef:
+    """`definition` with the body `...`, and nothing but its name when `named_only`."""
+    if not named_only:
+        return definition.with_changes(body=_ELLIPSIS_BODY)
+    if isinstance(definition, cst.FunctionDef):
+        return cst.FunctionDef(name=definition.name, params=cst.Parameters(), body=_ELLIPSIS_BODY)
+    return cst.ClassDef(name=definition.name, body=_ELLIPSIS_BODY)
+
+
+_ELLIPSIS_BODY = cst.IndentedBlock(body=[cst.SimpleStatementLine(body=[cst.Expr(cst.Ellipsis())])])
+
+
+def nodes_in(node: cst.CSTNode, wanted) -> list[cst.CSTNode]:
+    """The nodes in `node` (itself included) that `wanted(node)` accepts, from a walk of the fields (see
+    `child_nodes`), several times cheaper than a matcher search; not in source order."""
+    found, pending = [], [node]
+    while pending:
+        node = pending.pop()
+        if wanted(node):
+            found.append(node)
+        pending.extend(child_nodes(node))
+    return found
+
+
+def holds(node: cst.CSTNode, found) -> bool:
+    """Whether `node` or a node inside it is one that `found(node)` accepts: a walk of the fields (see
+    `child_nodes`), several times cheaper than a visitor or a matcher search."""
+    pending = [node]
+    while pending:
+        node = pending.pop()
+        if found(node):
+            return True
+        pending.extend(child_nodes(node))
+    return False
 
 
 class ReplaceNodes(cst.CSTTransformer):
@@ -263,6 +395,56 @@ class ReplaceNodes(cst.CSTTransformer):
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
         replacement = self.replacements.get(original_node)
         return replacement if replacement is not None else super().on_leave(original_node, updated_node)
+
+
+def replace_in_statements(tree: cst.Module, replacements: dict[cst.CSTNode, cst.CSTNode], statements) -> cst.Module:
+    """`tree` with each replacement where its original node is (by identity). Only `statements` (the top-level
+    statements that hold the originals) are walked, and only the nodes on the way down to an original are rebuilt:
+    the others stay the same objects (the engine prints an unchanged top-level statement once), without a
+    transformer's visit, which rebuilds every node."""
+    if not replacements:
+        return tree
+    new_of = {id(original): new for original, new in replacements.items()}
+    rebuilt = {id(stmt) for stmt in statements}
+    return tree.with_changes(body=[_rebuilt(stmt, new_of) if id(stmt) in rebuilt else stmt for stmt in tree.body])
+
+
+def _rebuilt(node: cst.CSTNode, new_of: dict[int, cst.CSTNode]) -> cst.CSTNode:
+    new = new_of.get(id(node))
+    if new is not None:
+        return new
+    changes = {}
+    for name in _child_fields(node):
+        value = getattr(node, name)
+        kind = type(value)
+        if kind is list or kind is tuple:
+            items = [_rebuilt(item, new_of) if descends(type(item)) else item for item in value]
+            if any(item is not old for item, old in zip(items, value)):
+                changes[name] = items
+        elif descends(kind):
+            item = _rebuilt(value, new_of)
+            if item is not value:
+                changes[name] = item
+    return node.with_changes(**changes) if changes else node
+
+
+def scoped_nodes(node: cst.CSTNode, kinds: tuple[type, ...]) -> list[tuple[cst.CSTNode, str, tuple]]:
+    """(found, qualname, functions) for each node of exactly one of `kinds` in `node` (itself included): `qualname`
+    the names of the classes and defs around it in `node` joined (`Class.method`), `functions` the defs around it,
+    innermost last. A walk of the fields (several times cheaper than a visitor); not in source order."""
+    found = []
+    pending = [(node, (), ())]
+    while pending:
+        node, scopes, functions = pending.pop()
+        kind = type(node)
+        if kind in kinds:
+            found.append((node, ".".join(scopes), functions))
+        if kind is cst.ClassDef:
+            scopes = (*scopes, node.name.value)
+        elif kind is cst.FunctionDef:
+            scopes, functions = (*scopes, node.name.value), (*functions, node)
+        pending.extend((child, scopes, functions) for child in child_nodes(node))
+    return found
 
 
 # Nodes that hold only whitespace, comments and punctuation: searches for statements and expressions skip them
@@ -302,15 +484,25 @@ def descends(kind: type) -> bool:
     return found
 
 
+# Nodes whose fields hold only a value and parentheses, the most frequent nodes of a module (names above all)
+_LEAVES = frozenset({cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis})
+
+
+def _child_fields(node: cst.CSTNode) -> tuple[str, ...]:
+    names = _CHILD_FIELDS.get(type(node))
+    if names is None:
+        names = _CHILD_FIELDS[type(node)] = tuple(f.name for f in fields(node))
+    return names
+
+
 def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
     """The child nodes of `node` but tokens, read from its fields: what a libcst visitor would descend into, without
     the visitor's dispatch at every node (several times the cost). Order is field order, not always source order:
     for searches whose answer is a set."""
-    names = _CHILD_FIELDS.get(type(node))
-    if names is None:
-        names = _CHILD_FIELDS[type(node)] = tuple(f.name for f in fields(node))
+    if type(node) in _LEAVES:
+        return []
     found = []
-    for name in names:
+    for name in _child_fields(node):
         value = getattr(node, name)
         kind = type(value)
         if kind is list or kind is tuple:

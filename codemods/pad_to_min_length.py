@@ -27,9 +27,17 @@ from __future__ import annotations
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper, PositionProvider
 
-from .base import EXPORTING, Codemod, ReplaceNodes, ScopeVisitor, export_twin, imports_torch, qualified_names
+from .base import (
+    EXPORTING,
+    CandidateStatements,
+    Codemod,
+    export_twin,
+    holds,
+    imports_torch,
+    replace_in_statements,
+    scoped_nodes,
+)
 
 PAD = "torch.nn.functional.pad"
 _PADS = m.MatchIfTrue(lambda name: name.endswith("pad"))
@@ -85,25 +93,21 @@ def _is_pure(expr: cst.BaseExpression) -> bool:
     return False
 
 
-class _Candidates(ScopeVisitor):
-    """Every `if` whose test ends with `X.shape[-1] < K` and whose body calls a `...pad` function, with the function it is in
-    (`Class.method`)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: list[tuple[cst.If, cst.FunctionDef, str]] = []
-        self.rewritten: set[int] = set()  # ids of the `elif`s of export arms this codemod added (a second run)
-
-    def visit_If(self, node: cst.If) -> None:
+def _candidates(owner: cst.BaseStatement) -> list[tuple[cst.If, cst.FunctionDef, str]]:
+    """Every `if` of a function in the top-level statement `owner` whose test ends with `X.shape[-1] < K` and whose
+    body calls a `...pad` function, with the innermost function and its qualname (`Class.method`); the `elif`s of
+    export arms this codemod added (a second run) are left out."""
+    ifs, twins = [], set()
+    for node, qualname, functions in scoped_nodes(owner, (cst.If,)):
         if m.matches(node.test, EXPORTING | m.BooleanOperation(left=EXPORTING, operator=m.And())):
-            self.rewritten.add(id(node.orelse))
-        if (
-            id(node) not in self.rewritten
-            and self.functions
-            and _shorter_test(node.test) is not None
-            and m.findall(node.body, PAD_CALL)
-        ):
-            self.found.append((node, self.functions[-1], ".".join(self.scopes)))
+            twins.add(id(node.orelse))
+        if functions and _shorter_test(node.test) is not None:
+            ifs.append((node, functions[-1], qualname))
+    return [found for found in ifs if id(found[0]) not in twins and m.findall(found[0].body, PAD_CALL)]
+
+
+def _tests_shorter(node: cst.CSTNode) -> bool:
+    return type(node) is cst.If and _shorter_test(node.test) is not None
 
 
 def _names(node: cst.CSTNode) -> list[str]:
@@ -122,25 +126,35 @@ class PadToMinLength(Codemod):
         return ".shape[-1] <" in source and "pad(" in source
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        candidates = _Candidates()
-        tree.visit(candidates)
-        if not candidates.found:
+        # Only a top-level statement that holds an `if` on `X.shape[-1] < K` can hold a candidate: the candidate
+        # search, the line numbers and the scope analysis are paid for those statements alone
+        holding = [stmt for stmt in tree.body if holds(stmt, _tests_shorter)]
+        candidates, owners = [], {}  # owners: candidate -> its top-level statement
+        for owner in holding:
+            for found in _candidates(owner):
+                candidates.append(found)
+                owners[found[0]] = owner
+        if not candidates:
             return tree
-        wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
-        positions = wrapper.resolve(PositionProvider)
-        qualified = qualified_names(wrapper)
+        statements = CandidateStatements(
+            self,
+            tree,
+            [owners[node] for node, _, _ in candidates],
+            [function for _, function, _ in candidates],
+            kinds=(cst.If,),
+        )
 
         has_torch = imports_torch(tree)
         replacements = {}
-        for node, function, construct in candidates.found:
-            line = positions[node].start.line
-            reason = self._refusal(node, function, qualified, has_torch)
+        for node, function, construct in candidates:
+            line = statements.line(node)
+            reason = self._refusal(node, function, statements.qualified, has_torch)
             if reason is not None:
                 self.report(line, "refused", construct, reason)
                 continue
             replacements[node] = self._rewrite(node)
             self.report(line, "rewritten", construct, "pads with a slice of zeros and the states under export")
-        return tree.visit(ReplaceNodes(replacements)) if replacements else tree
+        return replace_in_statements(tree, replacements, [owners[node] for node in replacements])
 
     @staticmethod
     def _refusal(node: cst.If, function: cst.FunctionDef, qualified, has_torch: bool) -> str | None:

@@ -24,11 +24,21 @@ from __future__ import annotations
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper, PositionProvider
 
-from .base import EXPORTING, Codemod, ReplaceNodes, ScopeVisitor, export_twin, imports_torch, qualified_names
+from .base import (
+    EXPORTING,
+    CandidateStatements,
+    Codemod,
+    export_twin,
+    holds,
+    imports_torch,
+    replace_in_statements,
+    scoped_nodes,
+)
 
 TAKE_ALONG_DIM = "torch.take_along_dim"
+# A call of something named `take_along_dim`: the statements worth a look (the name is resolved for those alone)
+NAMED_CALL = m.Call(func=m.Attribute(attr=m.Name("take_along_dim")) | m.Name("take_along_dim"))
 HELPER = "gather_along_dim"
 
 HELPER_CODE = '''def gather_along_dim(input: torch.Tensor, indices: torch.Tensor, dim: int) -> torch.Tensor:
@@ -65,47 +75,32 @@ def _arguments(call: cst.Call) -> tuple[cst.BaseExpression, cst.BaseExpression, 
     return values["input"], values["indices"], values["dim"]
 
 
-class _Candidates(ScopeVisitor):
-    """Every statement of a function holding a call of something named `take_along_dim`, with the function's
-    qualname (`Class.method`); statements in the eager arm of an export twin (a second run) are left out."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: list[tuple[cst.SimpleStatementLine, str]] = []
-        self.rewritten: set[int] = set()
-
-    def visit_If(self, node: cst.If) -> None:
-        if m.matches(node.test, EXPORTING) and isinstance(node.orelse, cst.Else):
-            self.rewritten.update(id(stmt) for stmt in node.orelse.body.body)
-
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-        if (
-            self.functions
-            and id(node) not in self.rewritten
-            and m.findall(node, m.Call(func=m.Attribute(attr=m.Name("take_along_dim")) | m.Name("take_along_dim")))
-        ):
-            self.found.append((node, ".".join(self.scopes)))
+def _named_call(node: cst.CSTNode) -> bool:
+    """`m.matches(node, NAMED_CALL)`, without a matcher's cost at every node of a module."""
+    if type(node) is not cst.Call:
+        return False
+    func = node.func
+    return (type(func) is cst.Name and func.value == "take_along_dim") or (
+        type(func) is cst.Attribute and func.attr.value == "take_along_dim"
+    )
 
 
-class _Rewrite(ReplaceNodes):
-    """The replacements, and the helper function once per module."""
+def _names_helper(node: cst.CSTNode) -> bool:
+    return type(node) is cst.Name and node.value == HELPER
 
-    def __init__(self, replacements: dict[cst.SimpleStatementLine, cst.If], add_helper: bool) -> None:
-        super().__init__(replacements)
-        self.add_helper = add_helper
 
-    def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        if not self.add_helper:
-            return updated_node
-        # before the first class or function (the rewritten statements are in one of them)
-        index = next(
-            (i for i, stmt in enumerate(original_node.body) if isinstance(stmt, (cst.ClassDef, cst.FunctionDef))),
-            len(original_node.body),
-        )
-        helper = cst.parse_statement(HELPER_CODE).with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-        body = list(updated_node.body)
-        body.insert(index, helper)
-        return updated_node.with_changes(body=body)
+def _candidates(owner: cst.BaseStatement) -> list[tuple[cst.SimpleStatementLine, cst.FunctionDef, str]]:
+    """Every statement of a function in the top-level statement `owner` holding a call of something named
+    `take_along_dim`, with the innermost function and its qualname (`Class.method`); statements in the eager arm of
+    an export twin (a second run) are left out."""
+    statements, twins = [], set()
+    for node, qualname, functions in scoped_nodes(owner, (cst.If, cst.SimpleStatementLine)):
+        if type(node) is cst.If:
+            if type(node.test) is cst.Call and m.matches(node.test, EXPORTING) and isinstance(node.orelse, cst.Else):
+                twins.update(id(stmt) for stmt in node.orelse.body.body)
+        elif functions:
+            statements.append((node, functions[-1], qualname))
+    return [found for found in statements if id(found[0]) not in twins and holds(found[0], _named_call)]
 
 
 class TakeAlongDimGather(Codemod):
@@ -120,25 +115,36 @@ class TakeAlongDimGather(Codemod):
         return "take_along_dim(" in source
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        candidates = _Candidates()
-        tree.visit(candidates)
-        if not candidates.found:
+        # Only a top-level statement that calls something named `take_along_dim` can hold a candidate: the candidate
+        # search, the line numbers and the scope analysis are paid for those statements alone
+        holding = [stmt for stmt in tree.body if holds(stmt, _named_call)]
+        candidates, owners = [], {}  # owners: candidate -> its top-level statement
+        for owner in holding:
+            for found in _candidates(owner):
+                candidates.append(found)
+                owners[found[0]] = owner
+        if not candidates:
             return tree
-        wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
-        positions = wrapper.resolve(PositionProvider)
-        qualified = qualified_names(wrapper)
+        statements = CandidateStatements(
+            self,
+            tree,
+            [owners[node] for node, _, _ in candidates],
+            [function for _, function, _ in candidates],
+            kinds=(cst.SimpleStatementLine,),
+        )
+        qualified = statements.qualified
 
         module = self.context.full_module_name
         has_torch = imports_torch(tree)
-        helpers = [stmt for stmt in tree.body if m.matches(stmt, m.FunctionDef(name=m.Name(HELPER)))]
+        helpers = [stmt for stmt in tree.body if isinstance(stmt, cst.FunctionDef) and stmt.name.value == HELPER]
         ours = len(helpers) == 1 and tree.code_for_node(helpers[0]).strip() == HELPER_CODE.strip()
-        uses_name = any(name.value == HELPER for name in m.findall(tree, m.Name())) and not ours
+        uses_name = None  # whether the module names `gather_along_dim` otherwise: a walk of it, made when asked
         replacements = {}
-        for stmt, construct in candidates.found:
+        for stmt, _, construct in candidates:
             calls = [call for call in m.findall(stmt, m.Call()) if qualified(call.func) == {TAKE_ALONG_DIM}]
             if not calls:
                 continue
-            line = positions[stmt].start.line
+            line = statements.line(stmt)
             reason = None
             assign = m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Call())])
             arguments = _arguments(stmt.body[0].value) if m.matches(stmt, assign) else None
@@ -152,10 +158,13 @@ class TakeAlongDimGather(Codemod):
                 reason = "the call is not the whole value of a `Y = torch.take_along_dim(X, I, dim=D)` statement"
             elif arguments is None:
                 reason = "the call does not give `dim` (it flattens) or has other arguments"
-            elif uses_name:
-                reason = f"the module already uses the name `{HELPER}`"
-            elif not has_torch:
-                reason = "the module does not `import torch`"
+            else:
+                if uses_name is None:
+                    uses_name = not ours and any(holds(stmt, _names_helper) for stmt in tree.body)
+                if uses_name:
+                    reason = f"the module already uses the name `{HELPER}`"
+                elif not has_torch:
+                    reason = "the module does not `import torch`"
             if reason is not None:
                 self.report(line, "refused", construct, reason)
                 continue
@@ -163,7 +172,16 @@ class TakeAlongDimGather(Codemod):
             self.report(line, "rewritten", construct, "take_along_dim is a gather with checked sizes under export")
         if not replacements:
             return tree
-        return tree.visit(_Rewrite(replacements, add_helper=not ours))
+        rewritten = replace_in_statements(tree, replacements, [owners[stmt] for stmt in replacements])
+        if ours:
+            return rewritten
+        # the helper goes before the first class or function (the rewritten statements are in one of them)
+        index = next(
+            (i for i, stmt in enumerate(tree.body) if isinstance(stmt, (cst.ClassDef, cst.FunctionDef))),
+            len(tree.body),
+        )
+        helper = cst.parse_statement(HELPER_CODE).with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+        return rewritten.with_changes(body=[*rewritten.body[:index], helper, *rewritten.body[index:]])
 
     @staticmethod
     def _rewrite(stmt: cst.SimpleStatementLine, arguments) -> cst.If:

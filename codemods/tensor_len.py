@@ -27,17 +27,18 @@ import re
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .base import (
     EXPORTING,
     LINE_LENGTH,
+    CandidateStatements,
     Codemod,
-    ReplaceNodes,
-    ScopeVisitor,
     export_twin,
+    holds,
     imports_torch,
-    qualified_names,
+    nodes_in,
+    replace_in_statements,
+    scoped_nodes,
 )
 
 # Calls whose result is a new tensor of at least one dimension
@@ -71,6 +72,14 @@ else:
 """
 
 
+def _assigns_len(node: cst.CSTNode) -> bool:
+    """Whether `node` is an assignment of a call of something named `len` (what `LEN_ASSIGN` asks, and more)."""
+    if type(node) is not cst.Assign or type(node.value) is not cst.Call:
+        return False
+    func = node.value.func
+    return type(func) is cst.Name and func.value == "len"
+
+
 def _counted(stmt: cst.SimpleStatementLine) -> str:
     """`X` of `N = len(X)`"""
     return stmt.body[0].value.args[0].value.value
@@ -81,29 +90,45 @@ def _bound(stmt: cst.CSTNode) -> str | None:
     return stmt.body[0].targets[0].target.value if m.matches(stmt, CALL_ASSIGN) else None
 
 
+def _call_bindings(node: cst.CSTNode) -> dict[str, list[cst.SimpleStatementLine]]:
+    """`X` -> the statements `X = <call>` in `node` that may be concatenations: the call of a name (which an import
+    may alias) or of an attribute named as one of `CONCATENATIONS` (an attribute's qualified names end in its own
+    name)."""
+    found = {}
+    for stmt in nodes_in(node, lambda node: type(node) is cst.SimpleStatementLine):
+        name = _bound(stmt)
+        func = stmt.body[0].value.func if name is not None else None
+        if type(func) is cst.Name or (type(func) is cst.Attribute and func.attr.value in _CONCATENATION_NAMES):
+            found.setdefault(name, []).append(stmt)
+    return found
+
+
+_CONCATENATION_NAMES = frozenset(name.rsplit(".", 1)[1] for name in CONCATENATIONS)
+
+
 def _names(node: cst.CSTNode) -> set[str]:
     return {name.value for name in m.findall(node, m.Name())}
 
 
-class _Candidates(ScopeVisitor):
-    """Every `N = len(X)` statement of a function, with its block, its index there, the innermost function and its
-    qualname (`Class.method`)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: list[tuple[cst.SimpleStatementLine, list[cst.BaseStatement], int, cst.FunctionDef, str]] = []
-        self.rewritten: set[int] = set()  # ids of the `else` arms of export twins this codemod added (a second run)
-
-    def visit_If(self, node: cst.If) -> None:
-        if m.matches(node.test, EXPORTING) and isinstance(node.orelse, cst.Else):
-            self.rewritten.add(id(node.orelse.body))
-
-    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
-        if not self.functions or id(node) in self.rewritten:
-            return
-        for index, stmt in enumerate(node.body):
-            if m.matches(stmt, LEN_ASSIGN):
-                self.found.append((stmt, node.body, index, self.functions[-1], ".".join(self.scopes)))
+def _candidates(owner: cst.BaseStatement) -> list[tuple]:
+    """Every `N = len(X)` statement of a function in the top-level statement `owner`, with its block, its index
+    there, the innermost function and its qualname (`Class.method`); the `else` arms of export twins this codemod
+    added (a second run) are left out."""
+    blocks, twins = [], set()
+    for node, qualname, functions in scoped_nodes(owner, (cst.If, cst.IndentedBlock)):
+        if type(node) is cst.If:
+            if type(node.test) is cst.Call and m.matches(node.test, EXPORTING) and isinstance(node.orelse, cst.Else):
+                twins.add(id(node.orelse.body))
+        elif functions:
+            blocks.append((node, qualname, functions[-1]))
+    found = []
+    for block, qualname, function in blocks:
+        if id(block) in twins:
+            continue
+        for index, stmt in enumerate(block.body):
+            if type(stmt) is cst.SimpleStatementLine and m.matches(stmt, LEN_ASSIGN):
+                found.append((stmt, block.body, index, function, qualname))
+    return found
 
 
 class TensorLen(Codemod):
@@ -121,35 +146,51 @@ class TensorLen(Codemod):
         return any(re.search(CONCATENATION_TEXT.format(re.escape(name)), source) for name in sorted(names))
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        candidates = _Candidates()
-        tree.visit(candidates)
-        if not candidates.found:
+        # Only a top-level statement that holds a `N = len(...)` can hold a candidate, and only one whose function
+        # binds `X = <call>` can be rewritten or refused: the candidate search, the line numbers and the scope
+        # analysis are paid for those alone (a few functions of a module of thousands of lines)
+        holding = [stmt for stmt in tree.body if holds(stmt, _assigns_len)]
+        candidates, owners = [], {}  # owners: candidate -> its top-level statement
+        for owner in holding:
+            for found in _candidates(owner):
+                candidates.append(found)
+                owners[found[0]] = owner
+        bindings = {}  # id(function) -> `X` -> the statements `X = <call>` in it
+        for _, _, _, function, _ in candidates:
+            if id(function) not in bindings:
+                bindings[id(function)] = _call_bindings(function.body)
+        found = [found for found in candidates if _counted(found[0]) in bindings[id(found[3])]]
+        if not found:
             return tree
-        wrapper = MetadataWrapper(tree, unsafe_skip_copy=True)
-        qualified = qualified_names(wrapper)
+        statements = CandidateStatements(
+            self,
+            tree,
+            [owners[stmt] for stmt, *_ in found],
+            [function for *_, function, _ in found],
+            kinds=(cst.SimpleStatementLine,),
+        )
+        qualified = statements.qualified
 
         def concatenates(stmt: cst.CSTNode, name: str) -> bool:
             return _bound(stmt) == name and bool(qualified(stmt.body[0].value.func) & set(CONCATENATIONS))
 
         has_torch = imports_torch(tree)
-        positions = None
         replacements = {}
-        for stmt, block, index, function, construct in candidates.found:
+        for stmt, block, index, function, construct in found:
             if qualified(stmt.body[0].value.func) != {"builtins.len"}:
                 continue
             tensor = _counted(stmt)
             # a candidate only where the function makes `X` a concatenation somewhere
-            if not any(concatenates(found, tensor) for found in m.findall(function.body, CALL_ASSIGN)):
+            if not any(concatenates(binding, tensor) for binding in bindings[id(function)][tensor]):
                 continue
             reason = self._refusal(stmt, block, index, function, tensor, concatenates, has_torch)
-            positions = positions or wrapper.resolve(PositionProvider)
-            line = positions[stmt].start.line
+            line = statements.line(stmt)
             if reason is not None:
                 self.report(line, "refused", construct, reason)
                 continue
-            replacements[stmt] = self._rewrite(stmt, positions[stmt].start.column)
+            replacements[stmt] = self._rewrite(stmt, statements.column(stmt))
             self.report(line, "rewritten", construct, f"len({tensor}) is {tensor}.shape[0] under export")
-        return tree.visit(ReplaceNodes(replacements)) if replacements else tree
+        return replace_in_statements(tree, replacements, [owners[stmt] for stmt in replacements])
 
     @staticmethod
     def _refusal(stmt, block, index, function, tensor, concatenates, has_torch) -> str | None:

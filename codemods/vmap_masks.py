@@ -38,9 +38,8 @@ import builtins
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper, PositionProvider
 
-from .base import Codemod, child_nodes, imports_torch, qualified_names
+from .base import CandidateStatements, Codemod, child_nodes, imports_torch
 
 GET_ITEM_TO_INDEX = "torch._dynamo._trace_wrapped_higher_order_op.TransformGetItemToIndex"
 # Functions of an index value that act elementwise (so they commute with broadcasting)
@@ -78,17 +77,17 @@ def _code(node: cst.CSTNode) -> str:
 
 
 def _names(node: cst.CSTNode) -> set[str]:
-    found = set()
-
-    class _Collect(cst.CSTVisitor):
-        def visit_Name(self, name: cst.Name) -> None:
-            found.add(name.value)
-
-        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
-            attribute.value.visit(self)
-            return False
-
-    node.visit(_Collect())
+    """The names `node` reads or binds, but attribute names (`x` of `x.y`): a walk of the fields."""
+    found, pending = set(), [node]
+    while pending:
+        node = pending.pop()
+        kind = type(node)
+        if kind is cst.Name:
+            found.add(node.value)
+        elif kind is cst.Attribute:
+            pending.append(node.value)
+            continue
+        pending.extend(child_nodes(node))
     return found
 
 
@@ -311,32 +310,40 @@ class VmapMasks(Codemod):
         return "vmap" in source or "kv_idx" in source
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        owners: dict[int, cst.BaseStatement] = {}
-        functions = _functions(tree, owners)
-        loops = _vmap_loops(functions)
-        if not loops and all(_mask_parameters(function.params) is None for function in functions):
+        walk = _ModuleWalk(tree)
+        masks = [function for function in walk.functions if _mask_parameters(function.params) is not None]
+        loop_functions = [function for function, _, _ in _vmap_loops(walk.functions)]
+        if not masks and not loop_functions:
             return tree  # nothing to analyse: skip the scope analysis, the largest cost of this codemod
-        analysed = {id(owners[id(f)]) for f in functions if _mask_parameters(f.params) is not None}
-        # Lines are asked only of the analysed functions and the vmap loops' functions, and of nodes inside them
-        lines = self._lines(tree, analysed | {id(owners[id(function)]) for function, _, _ in loops})
-        if loops:
-            qualified = qualified_names(MetadataWrapper(tree, unsafe_skip_copy=True))
-        else:
-            # Names are asked only inside mask functions: the scope analysis can skip the other defs' bodies
-            elided = self._without_other_bodies(tree, analysed)
-            qualified = qualified_names(MetadataWrapper(elided, unsafe_skip_copy=True))
-
-        def line(node: cst.CSTNode) -> int:
-            return lines[node]
+        # Only the top-level statements that hold a mask function or a vmap loop are analysed: visited for their
+        # functions in source order, printed for their lines, and kept whole in the scope analysis, which sees the
+        # other defs' and classes' bodies elided
+        holding = {id(walk.owners[id(function)]) for function in (*masks, *loop_functions)}
+        functions = _functions([stmt for stmt in tree.body if id(stmt) in holding])
+        loops = _vmap_loops(functions)
+        # The `with`s a helper rewrite may unwrap (their context is resolved): those whose statements all call a
+        # call of a loop's function
+        loop_names = {function.name.value for function, _, _ in loops}
+        withs = [
+            node for node in walk.withs if loops and all(_calls_helper(stmt, loop_names) for stmt in node.body.body)
+        ]
+        scopes = [*masks, *loop_functions, *withs]
+        statements = CandidateStatements(self, tree, [walk.owners[id(node)] for node in scopes], scopes)
+        qualified, line = statements.qualified, statements.line
 
         has_torch = imports_torch(tree)
         unanalysed = frozenset(
-            {f.name.value for f in functions if isinstance(f, cst.FunctionDef) and _mask_parameters(f.params) is None}
-            | _imported_names(tree)
+            {
+                f.name.value
+                for f in walk.functions
+                if isinstance(f, cst.FunctionDef) and _mask_parameters(f.params) is None
+            }
+            | _imported_names(walk.imports)
         )
         chosen: dict[cst.CSTNode, str] = {}
         indexed_of: dict[cst.CSTNode, bool] = {}
         refused_lines: list[int] = []
+        rewritten: set[int] = set()  # ids of the top-level statements that hold a mask function with rewrites
         for function in functions:
             parameters = _mask_parameters(function.params)
             if parameters is None:
@@ -358,6 +365,7 @@ class VmapMasks(Codemod):
                 for node in check.rewrites:
                     self.report(line(node), "refused", _code(node), "the module does not `import torch`")
                 continue
+            rewritten.add(id(walk.owners[id(function)]))
             for node, what in check.rewrites.items():
                 chosen[node] = what
                 if isinstance(node, cst.Call):
@@ -368,38 +376,7 @@ class VmapMasks(Codemod):
         helpers = self._helpers(loops, qualified, line, refused_lines)
         if not chosen and not helpers:
             return tree
-        tree = tree.visit(_ApplyMaskRewrites(chosen, indexed_of)) if chosen else tree
-        if helpers:
-            tree = self._rewrite_helpers(tree, helpers, qualified)
-        return tree
-
-    def _lines(self, tree: cst.Module, owners: set[int]) -> dict[cst.CSTNode, int]:
-        """node -> its line, for the nodes of the top-level statements in `owners` (ids): positions are resolved for
-        each alone (they cost several times a plain print) and offset by where it starts."""
-        lines, line = {}, 1 + len(tree.header)
-        last = max(index for index, stmt in enumerate(tree.body) if id(stmt) in owners)
-        for stmt in tree.body[: last + 1]:
-            if id(stmt) in owners:
-                alone = tree.with_changes(header=[], body=[stmt], footer=[])
-                positions = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
-                lines.update((node, line - 1 + span.start.line) for node, span in positions.items())
-            line += self.statement_code(tree, stmt).count("\n")
-        return lines
-
-    def _without_other_bodies(self, tree: cst.Module, kept: set[int]) -> cst.Module:
-        """`tree` with the body of every top-level def and class outside `kept` (ids of statements) replaced by
-        `...`. The names a mask function reads resolve the same: its own and enclosing scopes are kept, and a body
-        binds a module-level name only through `global`, so a body that has the word keeps its statements."""
-        body = []
-        for stmt in tree.body:
-            if (
-                isinstance(stmt, (cst.FunctionDef, cst.ClassDef))
-                and id(stmt) not in kept
-                and "global" not in self.statement_code(tree, stmt)
-            ):
-                stmt = stmt.with_changes(body=_ELLIPSIS_BODY)
-            body.append(stmt)
-        return tree.with_changes(body=body)
+        return self._rewrite(tree, walk, chosen, indexed_of, helpers, withs, qualified, rewritten)
 
     def _helpers(self, loops, qualified, line, refused_lines) -> list[_VmapHelper]:
         helpers = []
@@ -448,23 +425,20 @@ class VmapMasks(Codemod):
                 helpers.append(_VmapHelper(function, loop, target, loop.iter.value))
         return helpers
 
-    def _rewrite_helpers(self, tree, helpers, qualified) -> cst.Module:
+    def _rewrite(self, tree, walk, chosen, indexed_of, helpers, withs, qualified, rebuilt) -> cst.Module:
+        """The mask rewrites and the helper rewrites, in one pass over the top-level statements that hold them (the
+        others stay the same objects)."""
         by_node = {helper.node: helper for helper in helpers}
         names = {helper.node.name.value for helper in helpers}
         config = tree.config_for_parsing
+        unwrapped = {
+            node
+            for node in withs
+            if qualified(node.items[0].item.func) == {GET_ITEM_TO_INDEX}
+            and all(_calls_helper(stmt, names) for stmt in node.body.body)
+        }
 
-        def calls_helper(stmt: cst.CSTNode) -> bool:
-            return bool(m.findall(stmt, m.Call(func=m.Call(func=m.Name())))) and all(
-                call.func.func.value in names for call in m.findall(stmt, m.Call(func=m.Call(func=m.Name())))
-            )
-
-        unwrapped = set()
-        for with_node in m.findall(tree, m.With(items=[m.WithItem(item=m.Call(func=m.Name() | m.Attribute()))])):
-            context = with_node.items[0].item.func
-            if qualified(context) == {GET_ITEM_TO_INDEX} and all(calls_helper(stmt) for stmt in with_node.body.body):
-                unwrapped.add(with_node)
-
-        class _Rewrite(cst.CSTTransformer):
+        class _Rewrite(_ApplyMaskRewrites):
             def leave_FunctionDef(self, original, updated):
                 helper = by_node.get(original)
                 if helper is None:
@@ -492,37 +466,68 @@ class VmapMasks(Codemod):
                 body[0] = body[0].with_changes(leading_lines=[*kept, comment, *body[0].leading_lines])
                 return cst.FlattenSentinel(body)
 
-        tree = tree.visit(_Rewrite())
+        rewrite = _Rewrite(chosen, indexed_of)
+        rebuilt = rebuilt | {id(walk.owners[id(node)]) for node in (*by_node, *unwrapped)}
+        body = []
+        for stmt in tree.body:
+            stmt = stmt.visit(rewrite) if id(stmt) in rebuilt else stmt
+            body.extend(stmt.nodes if isinstance(stmt, cst.FlattenSentinel) else [stmt])
+        tree = tree.with_changes(body=body)
         if unwrapped and "TransformGetItemToIndex" not in _names_outside_imports(tree):
             tree = _drop_import(tree, "TransformGetItemToIndex")
         return tree
 
 
-_ELLIPSIS_BODY = cst.IndentedBlock(body=[cst.SimpleStatementLine(body=[cst.Expr(cst.Ellipsis())])])
+def _calls_helper(stmt: cst.CSTNode, names: set[str]) -> bool:
+    """Whether `stmt` calls the result of a call (`helper(f)(...)`) and every such call is of one of `names`."""
+    calls = m.findall(stmt, m.Call(func=m.Call(func=m.Name())))
+    return bool(calls) and all(call.func.func.value in names for call in calls)
 
 
-def _functions(
-    tree: cst.Module, owners: dict[int, cst.BaseStatement] | None = None
-) -> list[cst.FunctionDef | cst.Lambda]:
-    """Every `def` and `lambda` of the module, in source order (one plain walk: matchers cost several times more).
-    `owners`, when given, gets id(function) -> the top-level statement holding it."""
+class _ModuleWalk:
+    """One walk of a module's fields: every def and lambda (`functions`, not in source order) with the top-level
+    statement that holds it (`owners`, by id, also for the `with`s), the imports, and the `with`s whose first item
+    is a call of a name or an attribute."""
+
+    def __init__(self, tree: cst.Module) -> None:
+        self.functions: list[cst.FunctionDef | cst.Lambda] = []
+        self.imports: list[cst.Import | cst.ImportFrom] = []
+        self.withs: list[cst.With] = []
+        self.owners: dict[int, cst.BaseStatement] = {}
+        for owner in tree.body:  # the header and footer hold only comments
+            pending = [owner]
+            while pending:
+                node = pending.pop()
+                kind = type(node)
+                if kind is cst.FunctionDef or kind is cst.Lambda:
+                    self.functions.append(node)
+                    self.owners[id(node)] = owner
+                elif kind is cst.Import or kind is cst.ImportFrom:
+                    self.imports.append(node)
+                elif kind is cst.With and m.matches(node, _CALLED_CONTEXT):
+                    self.withs.append(node)
+                    self.owners[id(node)] = owner
+                pending.extend(child_nodes(node))
+
+
+_CALLED_CONTEXT = m.With(items=[m.WithItem(item=m.Call(func=m.Name() | m.Attribute()))])
+
+
+def _functions(statements: list[cst.BaseStatement]) -> list[cst.FunctionDef | cst.Lambda]:
+    """Every `def` and `lambda` in `statements`, in source order (one plain walk: matchers cost several times
+    more)."""
     found = []
-    owner = None
 
     class _Collect(cst.CSTVisitor):
         def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
             found.append(node)
-            if owners is not None:
-                owners[id(node)] = owner
 
         def visit_Lambda(self, node: cst.Lambda) -> None:
             found.append(node)
-            if owners is not None:
-                owners[id(node)] = owner
 
     collect = _Collect()
-    for owner in tree.body:  # the header and footer hold only comments
-        owner.visit(collect)
+    for stmt in statements:
+        stmt.visit(collect)
     return found
 
 
@@ -543,18 +548,16 @@ def _vmap_loops(functions: list[cst.FunctionDef | cst.Lambda]) -> list[tuple[cst
         if not isinstance(function, cst.FunctionDef) or not isinstance(function.body, cst.IndentedBlock):
             continue
         stmts = list(function.body.body)
-        loops += [(function, loop, after) for loop, after in zip(stmts, stmts[1:]) if m.matches(loop, _VMAP_LOOP)]
+        loops += [
+            (function, loop, after)
+            for loop, after in zip(stmts, stmts[1:])
+            if type(loop) is cst.For and m.matches(loop, _VMAP_LOOP)
+        ]
     return loops
 
 
-def _imported_names(tree: cst.Module) -> set[str]:
+def _imported_names(imports: list[cst.Import | cst.ImportFrom]) -> set[str]:
     found = set()
-    pending, imports = [tree], []  # a field walk, not a matcher search (several times the cost); the answer is a set
-    while pending:
-        node = pending.pop()
-        if type(node) in (cst.Import, cst.ImportFrom):
-            imports.append(node)
-        pending.extend(child_nodes(node))
     for node in imports:
         if not isinstance(node.names, cst.ImportStar):
             found |= {(alias.evaluated_alias or alias.evaluated_name).split(".")[0] for alias in node.names}

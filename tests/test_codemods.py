@@ -327,6 +327,18 @@ def test_vmap_masks_rewrites_the_expansion_helpers_of_both_transformers_lines():
     assert "return abs(q_idx - kv_idx) <= sliding_window" in change.rewritten
 
 
+def test_vmap_masks_rewrites_a_helper_beside_a_mask_function_it_rewrites():
+    # Both rewrites are made in one pass: a helper was once reported rewritten and left as it was, because the mask
+    # rewrite had rebuilt every node before the helper was looked up by identity
+    change, findings = _vmap_findings("helper_beside_rewritten_mask")
+    assert findings == [
+        (10, "rewritten", "max(q_idx - sliding_window, 0)", "max -> tensor op"),
+        (15, "rewritten", "def _vmap_for_bhqkv", "nested torch.vmap -> broadcast index tensors + expand"),
+    ]
+    assert "torch.clamp(q_idx - sliding_window, min=0)" in change.rewritten
+    assert "torch.vmap(" not in change.rewritten and "TransformGetItemToIndex" not in change.rewritten
+
+
 def test_vmap_masks_makes_mask_functions_broadcast_safe_and_says_what_it_did():
     _, findings = _vmap_findings("chained_indexing")
     assert [(line, kind, reason) for line, kind, _, reason in findings] == [

@@ -5,8 +5,6 @@ batch sizes, where the original specialises the batch."""
 
 from __future__ import annotations
 
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ from torch.export import Dim
 
 from codemods.take_along_dim_gather import TakeAlongDimGather
 from exportsmith.pipeline import run_codemods
+from source_modules import model_pair, module_from_source
 
 FIXTURES = Path(__file__).parent / "fixtures" / "take_along_dim_gather"
 
@@ -46,21 +45,10 @@ def test_shared_modules_are_refused():
     }
 
 
-def _module(source: str, name: str) -> types.ModuleType:
-    module = types.ModuleType(name)
-    exec(compile(source, f"{name}.py", "exec"), module.__dict__)
-    sys.modules[name] = module
-    return module
-
-
 def _models():
     change = _change("detections")
     assert change.applied == ("take-along-dim-gather",)
-    torch.manual_seed(0)
-    original = _module(change.original, "take_along_dim_original").ToyDetector()
-    rewritten = _module(change.rewritten, "take_along_dim_rewritten").ToyDetector()
-    rewritten.load_state_dict(original.state_dict())
-    return original.eval(), rewritten.eval()
+    return model_pair(change, "ToyDetector", "take_along_dim")
 
 
 def _hidden(batch: int) -> torch.Tensor:
@@ -103,7 +91,7 @@ def test_the_original_take_along_dim_specialises_the_batch():
 def test_the_helper_asserts_the_sizes_take_along_dim_would_broadcast():
     """An index of size 1 outside `dim`: take_along_dim broadcasts it, gather would return fewer values, so the helper
     refuses it (`torch._check`); an index of the input's sizes gives take_along_dim's values."""
-    helper = _module(_change("detections").rewritten, "take_along_dim_helper").gather_along_dim
+    helper = module_from_source(_change("detections").rewritten, "take_along_dim_helper").gather_along_dim
     scores, indices = torch.randn(3, 4), torch.tensor([[2, 0, 1, 3]])
     assert torch.equal(helper(scores, indices.expand(3, 4), 1), torch.take_along_dim(scores, indices, dim=1))
     assert torch.equal(helper(scores, indices.expand(3, 4), -1), torch.take_along_dim(scores, indices, dim=-1))

@@ -5,8 +5,6 @@ specialises the batch."""
 
 from __future__ import annotations
 
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ from torch.export import Dim
 
 from codemods.tensor_len import TensorLen
 from exportsmith.pipeline import run_codemods
+from source_modules import model_pair
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tensor_len"
 MODULE = "transformers.models.toy.modeling_toy"
@@ -45,21 +44,10 @@ def test_findings_name_each_rewrite_and_each_refusal_with_its_reason():
     assert [f.reason for f in _change("refuse_no_torch_import").findings] == ["the module does not `import torch`"]
 
 
-def _module(source: str, name: str) -> types.ModuleType:
-    module = types.ModuleType(name)
-    exec(compile(source, f"{name}.py", "exec"), module.__dict__)
-    sys.modules[name] = module
-    return module
-
-
 def _models():
     change = _change("decoder_inputs")
     assert change.applied == ("tensor-len",)
-    torch.manual_seed(0)
-    original = _module(change.original, "tensor_len_original").ToyDetrModel()
-    rewritten = _module(change.rewritten, "tensor_len_rewritten").ToyDetrModel()
-    rewritten.load_state_dict(original.state_dict())
-    return original.eval(), rewritten.eval()
+    return model_pair(change, "ToyDetrModel", "tensor_len")
 
 
 def _pixels(batch: int) -> torch.Tensor:
