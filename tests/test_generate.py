@@ -269,3 +269,22 @@ def test_shared_findings_are_recorded_with_the_reasons_of_listed_sites(rendered)
     assert "## masking_utils.py" in record
     line = next(line for line in record.splitlines() if "[cond-branches] refused is_torchdynamo_exporting()" in line)
     assert "shared module" in line and "transformers bug" in line
+
+
+def test_rendering_pauses_the_cyclic_collector_and_restores_it(monkeypatch):
+    import gc
+
+    from exportsmith import generate
+
+    during = []
+    run_codemods = generate.run_codemods
+
+    def recording(*args, **kwargs):
+        during.append(gc.isenabled())
+        return run_codemods(*args, **kwargs)
+
+    monkeypatch.setattr(generate, "run_codemods", recording)
+    assert gc.isenabled()
+    render(TF, ["gpt2"])
+    assert during and not any(during)  # shared modules and the model's files
+    assert gc.isenabled()

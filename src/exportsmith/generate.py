@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import gc
 import json
 import multiprocessing
 import os
@@ -116,6 +117,27 @@ def _record(title: str, changes: list[Change], model_types: list[str] | None = N
     return "".join(lines).rstrip("\n") + "\n"
 
 
+def _without_cyclic_gc(function: Callable[..., dict]) -> Callable[..., dict]:
+    """Runs `function` with the cyclic garbage collector paused. Rendering keeps a module's parsed trees alive while
+    it allocates millions of nodes, so the collector promotes them and then rescans them in full collections that
+    find nothing: measured, that made parsing in a render cost about 40% more than parsing alone. Syntax trees hold
+    no reference cycles (reference counting frees them); what a render leaves in cycles is collected once the
+    collector runs again."""
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        if not gc.isenabled():
+            return function(*args, **kwargs)
+        gc.disable()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            gc.enable()
+
+    return wrapper
+
+
+@_without_cyclic_gc
 def _render_shared(tf: Transformers, codemods: tuple[type[Codemod], ...]) -> dict:
     """The vendored shared modules and their patch, plus the names models import from each vendored module."""
     files, added, patch, changes, found = {}, {}, [], [], []
@@ -149,6 +171,7 @@ def _render_shared(tf: Transformers, codemods: tuple[type[Codemod], ...]) -> dic
     return {"files": files, "added": added, "changes": changes}
 
 
+@_without_cyclic_gc
 def _render_model(
     tf: Transformers, module: str, added: dict[str, list[str]], codemods: tuple[type[Codemod], ...]
 ) -> dict:
