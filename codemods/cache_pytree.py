@@ -348,9 +348,7 @@ class CachePytreeRegistration(Codemod):
         return self._import_register(self._decorate_classes(tree, todo), imports)
 
     def _line(self, node: cst.ClassDef) -> int:
-        if not hasattr(self, "lines"):
-            self.lines = self.top_level_lines(self.tree)  # a full print: only when there is something to report
-        return self.lines[id(node)]
+        return self.top_level_line(self.tree, node)
 
     def _cache_classes(
         self, classes: list[cst.ClassDef], imports: list[cst.ImportFrom], defines_api: bool

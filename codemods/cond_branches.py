@@ -1458,35 +1458,29 @@ class CondBranches(Codemod):
             )
 
     def _transform(self, tree: cst.Module, listed: dict[str, frozenset[str]]) -> cst.Module:
-        with_candidates = {index for index, stmt in enumerate(tree.body) if _has_candidates(stmt, listed)}
+        with_candidates = [index for index, stmt in enumerate(tree.body) if _has_candidates(stmt, listed)]
         if not with_candidates:
             return tree
-        body, changed, line = [], False, 1 + len(tree.header)
         torch_imported, indent = _imports_torch(tree), len(tree.default_indent.expandtabs(4))
-        last = max(with_candidates)
-        for index, stmt in enumerate(tree.body):
-            if index > last:
-                body.append(stmt)
-                continue
-            # Line numbers for the findings; printing a statement is the cost, so none after the last candidate
-            first_line = line
-            if index not in with_candidates:
-                line += self.statement_code(tree, stmt).count("\n")
-                body.append(stmt)
-                continue
-            # The lines of its `if`s come from the same printing (libcst's PositionProvider costs several times it)
+        # The lines of a candidate's `if`s come from printing it (libcst's PositionProvider costs several times it).
+        # Printed first, the candidates also place the statements between them in the source, whose lines are then
+        # counted there instead of printed.
+        printed = {}
+        for index in with_candidates:
+            stmt = tree.body[index]
             state = _IfLineState(default_indent=tree.default_indent, default_newline=tree.default_newline)
             stmt._codegen(state)
             code = "".join(state.tokens)
             self.remember_statement_code(tree, stmt, code)
-            line += code.count("\n")
-            rewriter = _Rewriter(self, state.if_lines, first_line, torch_imported, indent, listed)
-            new = stmt.visit(rewriter)
+            printed[index] = (state.if_lines, code)
+        body, changed = list(tree.body), False
+        for index in with_candidates:
+            if_lines, code = printed[index]
+            rewriter = _Rewriter(self, if_lines, self.first_line(tree, index), torch_imported, indent, listed)
+            new = tree.body[index].visit(rewriter)
             # The visit rebuilds every node; with no `if` replaced and no branch function to lay out, the text is the
             # same, and keeping the statement object lets the engine and vendoring reuse its printed code
             if rewriter.rewrites or "true_fn" in code or "false_fn" in code:
-                body.append(new)
+                body[index] = new
                 changed = True
-            else:
-                body.append(stmt)
         return tree.with_changes(body=body) if changed else tree

@@ -111,7 +111,6 @@ class ConvOutputTail(Codemod):
         has_torch = imports_torch(tree)
         replacements = {}
         rewritten_statements = set()  # indexes of the top-level statements that hold a replaced slice
-        lines = None  # of the top-level statements, printed only when there is something to report
         for function, construct, index in _candidate_functions(tree):
             assigned = {node.targets[0].target.value for node in m.findall(function.body, UPDATE_CONV_STATE)}
             # a slice already in the eager arm of this rewrite (a second run), or seen in an enclosing def, is done
@@ -131,8 +130,7 @@ class ConvOutputTail(Codemod):
                 reason = f"the function already uses `{'`, `'.join(taken)}`"
             elif not has_torch:
                 reason = "the module does not `import torch`"
-            lines = lines if lines is not None else self.top_level_lines(tree)
-            line = lines[id(tree.body[index])]
+            line = self.top_level_line(tree, tree.body[index])
             for stmt in tails:
                 if reason is not None:
                     self.report(line, "refused", construct, reason)

@@ -370,21 +370,23 @@ class MoeExpertLoop(Codemod):
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # Only a top-level statement that binds the experts hit can hold a loop to rewrite: the others are neither
-        # visited nor rebuilt (the engine then prints them once), and line numbers come from printing the candidates
+        # visited nor rebuilt (the engine takes their text from the source), and line numbers come from printing the
+        # candidates
         candidates = {index for index, stmt in enumerate(tree.body) if _binds_experts_hit(stmt)}
         if not candidates:
             return tree
         has_torch = imports_torch(tree)
-        body, changed, line = list(tree.body), False, 1 + len(tree.header)
-        for index, stmt in enumerate(tree.body[: max(candidates) + 1]):
-            if index not in candidates:
-                line += self.statement_code(tree, stmt).count("\n")
-                continue
-            code, loop_lines = statement_node_lines(tree, stmt, (cst.For,))
-            self.remember_statement_code(tree, stmt, code)
-            rewriter = _Rewriter(self, {key: line - 1 + value for key, value in loop_lines.items()}, has_torch)
-            line += code.count("\n")
-            new = stmt.visit(rewriter)
+        # Printed first, the candidates also place the statements before them in the source (their lines are
+        # counted there, not printed)
+        printed = {}
+        for index in sorted(candidates):
+            code, printed[index] = statement_node_lines(tree, tree.body[index], (cst.For,))
+            self.remember_statement_code(tree, tree.body[index], code)
+        body, changed = list(tree.body), False
+        for index in sorted(candidates):
+            line = self.first_line(tree, index)
+            rewriter = _Rewriter(self, {key: line - 1 + value for key, value in printed[index].items()}, has_torch)
+            new = tree.body[index].visit(rewriter)
             if rewriter.twins:
                 body[index], changed = new, True
         return tree.with_changes(body=body) if changed else tree
