@@ -486,3 +486,61 @@ def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
         elif descends(kind):
             found.append(value)
     return found
+
+
+def _suites(node: cst.CSTNode) -> list:
+    kind = type(node)
+    if kind is cst.If or kind is cst.For or kind is cst.While:
+        return [node.body, node.orelse]
+    if kind is cst.Try or kind is cst.TryStar:
+        return [node.body, *node.handlers, node.orelse, node.finalbody]
+    if kind is cst.Match:
+        return list(node.cases)
+    return [node.body]
+
+
+# type -> how to find the statements inside its instances (see `statement_children`)
+_STATEMENT_CHILDREN: dict[type, object] = {}
+
+
+def statement_children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The statements, blocks and small statements directly inside `node`, in source order: all a search for
+    statements (an `if`, an assignment, a `def`) needs to descend into. Expressions, parameters, decorators and the
+    other fields hold no statement, and skipping them makes the search several times cheaper than `child_nodes`."""
+    kind = type(node)
+    how = _STATEMENT_CHILDREN.get(kind)
+    if how is None:
+        if issubclass(kind, (cst.IndentedBlock, cst.SimpleStatementSuite, cst.SimpleStatementLine)):
+            how = "body"
+        elif issubclass(kind, cst.BaseSmallStatement):
+            how = "none"
+        elif issubclass(
+            kind,
+            (
+                cst.ClassDef,
+                cst.FunctionDef,
+                cst.With,
+                cst.For,
+                cst.While,
+                cst.If,
+                cst.Try,
+                cst.TryStar,
+                cst.Else,
+                cst.Finally,
+                cst.ExceptHandler,
+                cst.ExceptStarHandler,
+                cst.Match,
+                cst.MatchCase,
+            ),
+        ):
+            how = "suites"
+        else:
+            how = "fields"  # anything else: every child node, as `child_nodes` gives them
+        _STATEMENT_CHILDREN[kind] = how
+    if how == "body":
+        return list(node.body)
+    if how == "none":
+        return []
+    if how == "suites":
+        return [suite for suite in _suites(node) if suite is not None]
+    return child_nodes(node)

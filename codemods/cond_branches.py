@@ -72,7 +72,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst._nodes.internal import CodegenState
 
-from .base import LINE_LENGTH, Codemod, child_nodes
+from .base import LINE_LENGTH, Codemod, child_nodes, statement_children
 
 IS_EXPORTING = "torch.compiler.is_exporting()"
 _REDUCTIONS = frozenset({"any", "all"})
@@ -889,7 +889,7 @@ def _has_candidates(
         scopes = (*scopes, stmt.name.value)
     if kind is cst.FunctionDef:
         shapes = _LazyBound(stmt, listed.get(".".join(scopes), frozenset()))
-    return any(_has_candidates(child, listed, scopes, shapes) for child in child_nodes(stmt))
+    return any(_has_candidates(child, listed, scopes, shapes) for child in statement_children(stmt))
 
 
 # What libcst's PositionProvider counts as a line break

@@ -24,7 +24,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from .base import EXPORTING, Codemod, ReplaceNodes, child_nodes, export_twin, imports_torch
+from .base import EXPORTING, Codemod, ReplaceNodes, export_twin, imports_torch, statement_children
 
 # Names the export arm binds: refused where the function already uses them
 EXPORT_NAMES = ("conv_length", "last_positions")
@@ -88,7 +88,7 @@ def _candidate_functions(tree: cst.Module) -> list[tuple[cst.FunctionDef, str, i
             entry = [node, ".".join(scopes), index, False]
             found.append(entry)
             enclosing = [*enclosing, entry]
-        for child in child_nodes(node):
+        for child in statement_children(node):
             walk(child, scopes, enclosing, index)
 
     for index, stmt in enumerate(tree.body):

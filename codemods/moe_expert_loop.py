@@ -33,7 +33,15 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from .base import EXPORTING, LINE_LENGTH, Codemod, child_nodes, export_twin, imports_torch, statement_node_lines
+from .base import (
+    EXPORTING,
+    LINE_LENGTH,
+    Codemod,
+    export_twin,
+    imports_torch,
+    statement_children,
+    statement_node_lines,
+)
 
 # `torch.greater(M.sum(...), 0).nonzero()`
 EXPERTS_HIT = m.Call(
@@ -396,7 +404,7 @@ def _binds_experts_hit(node: cst.CSTNode) -> bool:
     """Whether `node` holds an assignment `H = torch.greater(M.sum(...), 0).nonzero()` (a walk of the fields)."""
     if type(node) is cst.Assign and m.matches(node.value, EXPERTS_HIT):
         return True
-    return any(_binds_experts_hit(child) for child in child_nodes(node))
+    return any(_binds_experts_hit(child) for child in statement_children(node))
 
 
 class _Rewriter(cst.CSTTransformer):
