@@ -544,3 +544,26 @@ def statement_children(node: cst.CSTNode) -> list[cst.CSTNode]:
     if how == "suites":
         return [suite for suite in _suites(node) if suite is not None]
     return child_nodes(node)
+
+
+def walk_statements(node: cst.CSTNode):
+    """`node` and every statement, block and small statement inside it (nested defs included), in source order: what
+    `m.findall` of a statement or small statement matcher visits, without a visitor's dispatch at every node."""
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        yield current
+        pending.extend(reversed(statement_children(current)))
+
+
+def name_values(node: cst.CSTNode) -> set[str]:
+    """The values of every `Name` node in `node` (attribute names included), as `m.findall(node, m.Name())` finds
+    them, from a walk of the fields."""
+    values, pending = set(), [node]
+    while pending:
+        current = pending.pop()
+        if type(current) is cst.Name:
+            values.add(current.value)
+        else:
+            pending.extend(child_nodes(current))
+    return values

@@ -39,8 +39,10 @@ from .base import (
     Codemod,
     export_twin,
     imports_torch,
+    name_values,
     statement_children,
     statement_node_lines,
+    walk_statements,
 )
 
 # `torch.greater(M.sum(...), 0).nonzero()`
@@ -95,16 +97,21 @@ def _self_attributes(cls: cst.ClassDef) -> tuple[frozenset[str], frozenset[str]]
 
 
 def _bound_names(node: cst.CSTNode) -> set[str]:
-    """Plain names that `node` binds (assignment targets, tuple elements, loop targets, `with ... as`)."""
+    """Plain names that `node` binds (assignment targets, tuple elements, loop targets, `with ... as`): every name in
+    those targets, read from a walk of the statements (the only places that hold them)."""
     names = set()
-    for target in m.findall(node, m.AssignTarget() | m.AnnAssign() | m.AugAssign() | m.For() | m.WithItem()):
-        bound = getattr(target, "target", None) if not isinstance(target, cst.WithItem) else target.asname
-        if isinstance(bound, cst.AsName):
-            bound = bound.name
-        if bound is not None:
-            names |= (
-                {n.value for n in m.findall(bound, m.Name())} if not isinstance(bound, cst.Name) else {bound.value}
-            )
+    for stmt in walk_statements(node):
+        kind = type(stmt)
+        if kind is cst.Assign:
+            targets = [target.target for target in stmt.targets]
+        elif kind is cst.AnnAssign or kind is cst.AugAssign or kind is cst.For:
+            targets = [stmt.target]
+        elif kind is cst.With:
+            targets = [item.asname.name for item in stmt.items if item.asname is not None]
+        else:
+            continue
+        for target in targets:
+            names |= {target.value} if type(target) is cst.Name else name_values(target)
     return names
 
 
