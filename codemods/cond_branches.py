@@ -72,7 +72,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst._nodes.internal import CodegenState
 
-from .base import LINE_LENGTH, Codemod, child_nodes, statement_children
+from .base import LINE_LENGTH, Codemod, child_nodes, statement_children, walk_statements
 
 IS_EXPORTING = "torch.compiler.is_exporting()"
 _REDUCTIONS = frozenset({"any", "all"})
@@ -131,22 +131,16 @@ NO_NAMES = _Bound(frozenset(), frozenset())
 
 
 class _LazyBound:
-    """A function's `_Bound`, found on first use: most functions have no `if` that asks, and the search walks the
-    whole function."""
+    """A function's `_Bound`, each part found on first use: most functions have no `if` that asks, and the searches
+    walk the function."""
 
     def __init__(self, function: cst.FunctionDef, listed: frozenset[str] = frozenset()):
         self.function = function
-        self.bound: _Bound | None = None
         self.listed = listed  # known without the walk
 
-    def _get(self) -> _Bound:
-        if self.bound is None:
-            self.bound = _bound_names(self.function)
-        return self.bound
-
-    sizes = property(lambda self: self._get().sizes)
-    values = property(lambda self: self._get().values)
-    numpy = property(lambda self: self._get().numpy)
+    sizes = property(lambda self: _size_and_value_names(self.function)[0])
+    values = property(lambda self: _size_and_value_names(self.function)[1])
+    numpy = property(lambda self: _bindings(self.function).numpy)
 
 
 class _Refusal(Exception):
@@ -200,12 +194,13 @@ def _reduction_comparison(node: cst.BaseExpression, shapes: _Bound = NO_NAMES) -
     sides = (node.left, node.comparisons[0].comparator)
     reduction = _value_reduction(sides[0]) or _value_reduction(sides[1])
     # Before asking the function's names (a walk over it): without a name or a reduction there is nothing to find
-    if (reduction is None and not any(isinstance(side, cst.Name) for side in sides)) or shapes.numpy:
+    if reduction is None and not any(isinstance(side, cst.Name) for side in sides):
         return None
-    for side in sides:
-        if isinstance(side, cst.Name) and side.value in shapes.values:
-            return side.value
-    return reduction
+    named = next((side.value for side in sides if isinstance(side, cst.Name) and side.value in shapes.values), None)
+    # With numpy in the function `a.max() > n` may be an array's; asked last, as its answer needs a walk
+    if (named is None and reduction is None) or shapes.numpy:
+        return None
+    return named if named is not None else reduction
 
 
 def _is_size(node: cst.BaseExpression, shapes: _Bound) -> bool:
@@ -236,9 +231,13 @@ def _shape_comparison(node: cst.BaseExpression, shapes: _Bound) -> bool:
         return False
     left, right = node.left, node.comparisons[0].comparator
     small = lambda side: isinstance(side, cst.Integer) and side.value in ("0", "1")  # noqa: E731
-    return (_is_size(left, shapes) and (small(right) or _is_size(right, shapes))) or (
-        small(left) and _is_size(right, shapes)
-    )
+    if small(right):
+        return _is_size(left, shapes)
+    if small(left):
+        return _is_size(right, shapes)
+    # A name asks the function's names (a walk over it): the other side first
+    first, second = (right, left) if isinstance(left, cst.Name) else (left, right)
+    return _is_size(first, shapes) and _is_size(second, shapes)
 
 
 def _holds_reduction(node: cst.BaseExpression) -> bool:
@@ -249,19 +248,17 @@ def _holds_reduction(node: cst.BaseExpression) -> bool:
 
 
 class _Bindings:
-    """One walk over a function: its assignments, the other places that bind names, and whether it uses numpy."""
+    """One walk over every node of a function: the places other than assignments that bind names, and whether it
+    uses numpy."""
 
     def __init__(self, function: cst.FunctionDef):
-        self.assigns: list[cst.Assign] = []
         self.rebound: set[str] = set()
         self.numpy = False
         pending = [function]
         while pending:
             node = pending.pop()
             kind = type(node)
-            if kind is cst.Assign:
-                self.assigns.append(node)
-            elif kind in (cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr):
+            if kind in (cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr):
                 self._rebind(node.target)
             elif kind is cst.Param:
                 self._rebind(node.name)
@@ -276,12 +273,17 @@ class _Bindings:
 
 # Nodes hash by identity: the candidate search and the rewriter ask the same function, each from its own walk
 @functools.lru_cache(maxsize=64)
-def _bound_names(function: cst.FunctionDef) -> _Bound:
-    """The names `function` binds only from sizes (`seq_len = x.shape[1]`, `batch, seq_len, _ = x.shape`) or only
+def _bindings(function: cst.FunctionDef) -> _Bindings:
+    return _Bindings(function)
+
+
+@functools.lru_cache(maxsize=64)
+def _size_and_value_names(function: cst.FunctionDef) -> tuple[frozenset[str], frozenset[str]]:
+    """The names `function` binds only from sizes (`seq_len = x.shape[1]`, `batch, seq_len, _ = x.shape`) and only
     from whole-tensor reductions."""
-    bindings = _Bindings(function)  # every use of it is a set: the walk's order does not matter
-    sizes, values, others = set(), set(), set(bindings.rebound)
-    for assign in bindings.assigns:
+    sizes, values, others = set(), set(), set()
+    # Assignments are statements: a walk of the statements finds them all (in another order: every use is a set)
+    for assign in (node for node in walk_statements(function) if type(node) is cst.Assign):
         for target in assign.targets:
             names = [e for e in _target_elements(target.target) if isinstance(e, cst.Name)]
             whole_shape = m.matches(assign.value, m.Attribute(attr=m.Name("shape"))) or m.matches(
@@ -295,7 +297,10 @@ def _bound_names(function: cst.FunctionDef) -> _Bound:
                 sizes.update(name.value for name in names)
             else:
                 others.update(name.value for name in names)
-    return _Bound(frozenset(sizes - others), frozenset(values - others), bindings.numpy)
+    if not sizes and not values:
+        return frozenset(), frozenset()  # the other bindings (a walk of every node) could take nothing away
+    others |= _bindings(function).rebound
+    return frozenset(sizes - others), frozenset(values - others)
 
 
 def _holds_order_comparison_or_method_call(test: cst.BaseExpression) -> bool:
