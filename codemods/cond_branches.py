@@ -1350,6 +1350,29 @@ def _formatted_block(statements: list[cst.BaseStatement], depth: int, indent: in
     return cst.parse_module(formatted).body[0].body
 
 
+def _visit_candidates(
+    stmt: cst.BaseStatement, rewriter: _Rewriter, listed: dict[str, frozenset[str]], scopes: tuple[str, ...] = ()
+) -> cst.BaseStatement:
+    """`stmt.visit(rewriter)`, where a class visits only its members that hold a candidate (with the class's scope and
+    depth): in a statement without branch functions, the others hold nothing to rewrite or lay out, and visiting
+    them would only rebuild them."""
+    if type(stmt) is not cst.ClassDef or type(stmt.body) is not cst.IndentedBlock:
+        return stmt.visit(rewriter)
+    scopes = (*scopes, stmt.name.value)
+    rewriter.visit_ClassDef(stmt)
+    rewriter.depth += 1  # the class's block, as `visit_IndentedBlock` counts it
+    body, changed = [], False
+    for member in stmt.body.body:
+        new = _visit_candidates(member, rewriter, listed, scopes) if _has_candidates(member, listed, scopes) else member
+        changed = changed or new is not member
+        body.extend(new.nodes if isinstance(new, cst.FlattenSentinel) else [new])
+    rewriter.depth -= 1
+    rewriter.leave_ClassDef(stmt)
+    if not changed:
+        return stmt
+    return stmt.with_changes(body=_blank_lines_before_branch_functions(stmt.body.with_changes(body=body)))
+
+
 def _imports_torch(tree: cst.Module) -> bool:
     """Whether the module runs `import torch` at its top level (also under `if is_torch_available():`)."""
     top_level = [
@@ -1482,7 +1505,10 @@ class CondBranches(Codemod):
         for index in with_candidates:
             if_lines, code = printed[index]
             rewriter = _Rewriter(self, if_lines, self.first_line(tree, index), torch_imported, indent, listed)
-            new = tree.body[index].visit(rewriter)
+            if "true_fn" in code or "false_fn" in code:
+                new = tree.body[index].visit(rewriter)  # branch functions to lay out: every block is visited
+            else:
+                new = _visit_candidates(tree.body[index], rewriter, listed)
             # The visit rebuilds every node; with no `if` replaced and no branch function to lay out, the text is the
             # same, and keeping the statement object lets the engine and vendoring reuse its printed code
             if rewriter.rewrites or "true_fn" in code or "false_fn" in code:
