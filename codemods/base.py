@@ -87,6 +87,14 @@ class Codemod(LibcstCodemod):
         findings.append(Finding(self.context.filename or "<string>", line, self.NAME, kind, construct, reason))
 
 
+def _lines_code(module: cst.Module, lines) -> str:
+    """The code of a module's header or footer lines, from one printing."""
+    state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline)
+    for line in lines:
+        line._codegen(state)
+    return "".join(state.tokens)
+
+
 def _prints_as_its_parts(module: cst.Module) -> bool:
     """Whether `module.code` is the codes of its header, statements and footer joined: the printer treats a module
     without a trailing newline, and an empty one, specially at the end."""
@@ -117,12 +125,13 @@ class StatementCodes:
         self._starts: dict[int, int] = {}
         self._searched: set[int] = set()  # original statements whose printed code was looked for in the source
         self._index: dict[int, int] = {}
+        self._frame = ("", "")  # the original's header and footer code
         if source is not None and original is not None and _prints_as_its_parts(original):
-            header = "".join(original.code_for_node(line) for line in original.header)
-            footer = "".join(original.code_for_node(line) for line in original.footer)
+            header, footer = _lines_code(original, original.header), _lines_code(original, original.footer)
             if source.startswith(header) and source.endswith(footer) and len(header) + len(footer) <= len(source):
                 self._starts = {0: len(header), len(original.body): len(source) - len(footer)}
                 self._index = {id(stmt): k for k, stmt in enumerate(original.body)}
+                self._frame = (header, footer)
         if not self._index:
             self._source = self._original = None  # no slicing: every statement is printed
 
@@ -142,14 +151,21 @@ class StatementCodes:
         (each top-level statement starts at indentation zero, so printing one alone gives the same text)."""
         if not _prints_as_its_parts(module):
             return module.code  # the printer's special cases at the end of the file
-        parts = [module.code_for_node(line) for line in module.header]
+        original = self._original
+        same = original is not None and (module.default_indent, module.default_newline) == (
+            original.default_indent,
+            original.default_newline,
+        )
+        parts = [self._frame[0] if same and module.header is original.header else _lines_code(module, module.header)]
         pieces = self._pieces(module, len(module.body))
         if pieces is None:
             parts += [self.code(module, stmt) for stmt in module.body]
         else:
             source = self._source
             parts += [source[piece[0] : piece[1]] if type(piece) is tuple else piece for piece in pieces]
-        parts += [module.code_for_node(line) for line in module.footer]
+        parts.append(
+            self._frame[1] if same and module.footer is original.footer else _lines_code(module, module.footer)
+        )
         return "".join(parts)
 
     def first_line(self, module: cst.Module, index: int) -> int:
