@@ -55,21 +55,31 @@ class Codemod(LibcstCodemod):
         # No codemod declares metadata dependencies, so skip libcst's defensive deep copy of the whole tree
         return self.transform_module_impl(tree)
 
-    def statement_code(self, module: cst.Module, stmt: cst.CSTNode) -> str:
-        """`module.code_for_node(stmt)` for a top-level statement, through the engine's `StatementCodes` when it
-        shares one (so a statement the engine prints later is printed once)."""
+    def statement_codes(self) -> "StatementCodes":
+        """The engine's `StatementCodes` when it shares one (so a statement printed here is not printed again, and
+        statements the engine knows in the source are not printed at all), else one of this run's own."""
         codes = self.context.scratch.get(StatementCodes.SCRATCH_KEY)
-        return codes.code(module, stmt) if codes is not None else module.code_for_node(stmt)
+        if codes is None:
+            codes = self.context.scratch[StatementCodes.SCRATCH_KEY] = StatementCodes()
+        return codes
 
-    def top_level_lines(self, module: cst.Module) -> dict[int, int]:
-        """`top_level_lines(module)`, printing through the engine's `StatementCodes`."""
-        return top_level_lines(module, lambda stmt: self.statement_code(module, stmt))
+    def statement_code(self, module: cst.Module, stmt: cst.CSTNode) -> str:
+        """`module.code_for_node(stmt)` for a top-level statement, printed once."""
+        return self.statement_codes().code(module, stmt)
+
+    def first_line(self, module: cst.Module, index: int) -> int:
+        """The line where the code of top-level statement `module.body[index]` starts (leading lines included)."""
+        return self.statement_codes().first_line(module, index)
+
+    def top_level_line(self, module: cst.Module, stmt: cst.CSTNode) -> int:
+        """The line of a top-level statement's first token (after decorators: the `def`/`class` line), as
+        `top_level_lines` gives it, without printing the statements before it where the engine knows the source."""
+        index = next(index for index, other in enumerate(module.body) if other is stmt)
+        return self.first_line(module, index) + _lines_before_keyword(stmt)
 
     def remember_statement_code(self, module: cst.Module, stmt: cst.CSTNode, code: str) -> None:
         """Gives the engine's `StatementCodes` the code of a top-level statement the codemod printed itself."""
-        codes = self.context.scratch.get(StatementCodes.SCRATCH_KEY)
-        if codes is not None:
-            codes.remember(module, stmt, code)
+        self.statement_codes().remember(module, stmt, code)
 
     def report(self, line: int, kind: str, construct: str, reason: str) -> None:
         """Records a finding on the shared context."""
@@ -77,17 +87,53 @@ class Codemod(LibcstCodemod):
         findings.append(Finding(self.context.filename or "<string>", line, self.NAME, kind, construct, reason))
 
 
+def _lines_code(module: cst.Module, lines) -> str:
+    """The code of a module's header or footer lines, from one printing."""
+    state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline)
+    for line in lines:
+        line._codegen(state)
+    return "".join(state.tokens)
+
+
+def _prints_as_its_parts(module: cst.Module) -> bool:
+    """Whether `module.code` is the codes of its header, statements and footer joined: the printer treats a module
+    without a trailing newline, and an empty one, specially at the end."""
+    return module.has_trailing_newline and bool(module.header or module.body or module.footer)
+
+
 class StatementCodes:
     """The printed code of top-level statements, by identity, for one module run: the codemods (line numbers), the
     engine (did a codemod change the text, the rewritten text) and the vendoring all need it, and printing is a cost
     of the order of parsing, so each statement object is printed once. Codemods rebuild only the statements they
-    change; the others stay the same objects from tree to tree."""
+    change; the others stay the same objects from tree to tree.
+
+    Given the `source` that `original` was parsed from, the statements of `original` need no printing at all where
+    their place in the source is known: a parsed module prints back to its source byte for byte (header, statements,
+    footer in turn), so a run of consecutive original statements is the source between where the first starts and
+    the last ends. Those offsets come from the ends of the module, from statements printed anyway (a codemod's
+    candidates: a text found once at a line start is where that statement is) and from adding up the lengths of
+    printed neighbours; a run whose ends stay unknown is printed, statement by statement, as without a source."""
 
     SCRATCH_KEY = "statement_codes"
 
-    def __init__(self) -> None:
+    def __init__(self, source: str | None = None, original: cst.Module | None = None) -> None:
         # The statement is kept alive with its code, so its id cannot be reused by another object
         self._codes: dict[tuple[int, str, str], tuple[cst.CSTNode, str]] = {}
+        self._source = source
+        self._original = original
+        # original statement k -> the offset in `source` where its code starts (len(body): where the footer starts)
+        self._starts: dict[int, int] = {}
+        self._searched: set[int] = set()  # original statements whose printed code was looked for in the source
+        self._index: dict[int, int] = {}
+        self._frame = ("", "")  # the original's header and footer code
+        if source is not None and original is not None and _prints_as_its_parts(original):
+            header, footer = _lines_code(original, original.header), _lines_code(original, original.footer)
+            if source.startswith(header) and source.endswith(footer) and len(header) + len(footer) <= len(source):
+                self._starts = {0: len(header), len(original.body): len(source) - len(footer)}
+                self._index = {id(stmt): k for k, stmt in enumerate(original.body)}
+                self._frame = (header, footer)
+        if not self._index:
+            self._source = self._original = None  # no slicing: every statement is printed
 
     def code(self, module: cst.Module, stmt: cst.CSTNode) -> str:
         key = (id(stmt), module.default_indent, module.default_newline)
@@ -103,12 +149,145 @@ class StatementCodes:
     def module_code(self, module: cst.Module) -> str:
         """`module.code`, from the statements' codes: a module prints as its header, statements and footer in turn
         (each top-level statement starts at indentation zero, so printing one alone gives the same text)."""
-        if not module.has_trailing_newline or not (module.header or module.body or module.footer):
+        if not _prints_as_its_parts(module):
             return module.code  # the printer's special cases at the end of the file
-        parts = [module.code_for_node(line) for line in module.header]
-        parts += [self.code(module, stmt) for stmt in module.body]
-        parts += [module.code_for_node(line) for line in module.footer]
+        original = self._original
+        same = original is not None and (module.default_indent, module.default_newline) == (
+            original.default_indent,
+            original.default_newline,
+        )
+        parts = [self._frame[0] if same and module.header is original.header else _lines_code(module, module.header)]
+        pieces = self._pieces(module, len(module.body))
+        if pieces is None:
+            parts += [self.code(module, stmt) for stmt in module.body]
+        else:
+            source = self._source
+            parts += [source[piece[0] : piece[1]] if type(piece) is tuple else piece for piece in pieces]
+        parts.append(
+            self._frame[1] if same and module.footer is original.footer else _lines_code(module, module.footer)
+        )
         return "".join(parts)
+
+    def first_line(self, module: cst.Module, index: int) -> int:
+        """The 1-based line where the code of `module.body[index]` starts (its leading blank lines and comments
+        included) in `module.code`: the statements before it printed, or their lines counted in the source."""
+        pieces = self._pieces(module, index)
+        if pieces is None:
+            pieces = [self.code(module, stmt) for stmt in module.body[:index]]
+        source = self._source
+        return (
+            1
+            + len(module.header)
+            + sum(source.count("\n", *piece) if type(piece) is tuple else piece.count("\n") for piece in pieces)
+        )
+
+    def _pieces(self, module: cst.Module, stop: int) -> list[str | tuple[int, int]] | None:
+        """The codes of `module.body[:stop]`: printed texts, and (start, end) spans of the source for the runs of
+        original statements whose ends are known. None without a source to take them from."""
+        original = self._original
+        if (
+            original is None
+            or module.default_indent != original.default_indent
+            or module.default_newline != original.default_newline
+        ):
+            return None
+        body, pieces, index = module.body, [], 0
+        while index < stop:
+            first = self._original_index(body[index])
+            if first is None:
+                pieces.append(self.code(module, body[index]))
+                index += 1
+                continue
+            end = index + 1
+            while end < stop and self._original_index(body[end]) == first + end - index:
+                end += 1
+            after = first + end - index  # the original statement after the run
+            # Printing a neighbour outside the run first: a statement a codemod replaced was usually printed already
+            start_offset = self._offset(first, (first - 1, first))
+            end_offset = self._offset(after, (after, after - 1)) if start_offset is not None else None
+            if end_offset is None:
+                pieces += [self.code(module, stmt) for stmt in body[index:end]]
+            else:
+                pieces.append((start_offset, end_offset))
+            index = end
+        return pieces
+
+    def _original_index(self, stmt: cst.CSTNode) -> int | None:
+        index = self._index.get(id(stmt))
+        return index if index is not None and self._original.body[index] is stmt else None
+
+    def _original_code(self, index: int) -> str | None:
+        """The code of original statement `index` if it was printed."""
+        original = self._original
+        stmt = original.body[index]
+        entry = self._codes.get((id(stmt), original.default_indent, original.default_newline))
+        return entry[1] if entry is not None and entry[0] is stmt else None
+
+    def _offset(self, index: int, printable: tuple[int, int]) -> int | None:
+        """Where original statement `index` starts in the source; when nothing printed so far tells, the original
+        statements `printable` are printed, in turn, until one does."""
+        found = self._start(index)
+        for other in printable:
+            if found is not None:
+                break
+            if 0 <= other < len(self._original.body):
+                self.code(self._original, self._original.body[other])
+                found = self._start(index)
+        return found
+
+    def _start(self, index: int) -> int | None:
+        starts = self._starts
+        if index in starts:
+            return starts[index]
+        count = len(self._original.body)
+        for near in (index, index - 1):
+            if 0 <= near < count:
+                self._locate(near)
+        if index in starts:
+            return starts[index]
+        # From the nearest known offset, over printed statements only
+        total, other = 0, index
+        while other > 0:
+            code = self._original_code(other - 1)
+            if code is None:
+                break
+            other, total = other - 1, total + len(code)
+            self._locate(other)
+            if other in starts:
+                starts[index] = starts[other] + total
+                return starts[index]
+        total, other = 0, index
+        while other < count:
+            code = self._original_code(other)
+            if code is None:
+                break
+            self._locate(other)
+            other, total = other + 1, total + len(code)
+            if other in starts:
+                starts[index] = starts[other] - total
+                return starts[index]
+        return None
+
+    def _locate(self, index: int) -> None:
+        """Places original statement `index` by its printed code, when that occurs at exactly one line start of the
+        source (every statement starts at one: the code before it ends with a newline)."""
+        if index in self._searched:
+            return
+        code = self._original_code(index)
+        if code is None:
+            return
+        self._searched.add(index)
+        source, found = self._source, None
+        position = source.find(code)
+        while position != -1:
+            if position == 0 or source[position - 1] in "\r\n":
+                if found is not None:
+                    return  # more than one place
+                found = position
+            position = source.find(code, position + 1)
+        if found is not None:
+            self._starts[index] = found
+            self._starts[index + 1] = found + len(code)
 
     def prints_differently(self, old: cst.Module, new: cst.Module) -> bool:
         """`old.code != new.code`, printing only the statements between the longest runs of identical statement
@@ -188,11 +367,16 @@ def top_level_lines(module: cst.Module, code=None) -> dict[int, int]:
     lines = {}
     line = 1 + len(module.header)
     for stmt in module.body:
-        start = line + len(stmt.leading_lines)
-        if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
-            start += sum(1 + len(d.leading_lines) for d in stmt.decorators) + len(stmt.lines_after_decorators)
-        lines[id(stmt)] = start
+        lines[id(stmt)] = line + _lines_before_keyword(stmt)
         line += code(stmt).count("\n")
+    return lines
+
+
+def _lines_before_keyword(stmt: cst.CSTNode) -> int:
+    """The lines of a top-level statement's code before its first token (after decorators: the `def`/`class`)."""
+    lines = len(stmt.leading_lines)
+    if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
+        lines += sum(1 + len(d.leading_lines) for d in stmt.decorators) + len(stmt.lines_after_decorators)
     return lines
 
 
@@ -510,3 +694,84 @@ def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
         elif descends(kind):
             found.append(value)
     return found
+
+
+def _suites(node: cst.CSTNode) -> list:
+    kind = type(node)
+    if kind is cst.If or kind is cst.For or kind is cst.While:
+        return [node.body, node.orelse]
+    if kind is cst.Try or kind is cst.TryStar:
+        return [node.body, *node.handlers, node.orelse, node.finalbody]
+    if kind is cst.Match:
+        return list(node.cases)
+    return [node.body]
+
+
+# type -> how to find the statements inside its instances (see `statement_children`)
+_STATEMENT_CHILDREN: dict[type, object] = {}
+
+
+def statement_children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The statements, blocks and small statements directly inside `node`, in source order: all a search for
+    statements (an `if`, an assignment, a `def`) needs to descend into. Expressions, parameters, decorators and the
+    other fields hold no statement, and skipping them makes the search several times cheaper than `child_nodes`."""
+    kind = type(node)
+    how = _STATEMENT_CHILDREN.get(kind)
+    if how is None:
+        if issubclass(kind, (cst.IndentedBlock, cst.SimpleStatementSuite, cst.SimpleStatementLine)):
+            how = "body"
+        elif issubclass(kind, cst.BaseSmallStatement):
+            how = "none"
+        elif issubclass(
+            kind,
+            (
+                cst.ClassDef,
+                cst.FunctionDef,
+                cst.With,
+                cst.For,
+                cst.While,
+                cst.If,
+                cst.Try,
+                cst.TryStar,
+                cst.Else,
+                cst.Finally,
+                cst.ExceptHandler,
+                cst.ExceptStarHandler,
+                cst.Match,
+                cst.MatchCase,
+            ),
+        ):
+            how = "suites"
+        else:
+            how = "fields"  # anything else: every child node, as `child_nodes` gives them
+        _STATEMENT_CHILDREN[kind] = how
+    if how == "body":
+        return list(node.body)
+    if how == "none":
+        return []
+    if how == "suites":
+        return [suite for suite in _suites(node) if suite is not None]
+    return child_nodes(node)
+
+
+def walk_statements(node: cst.CSTNode):
+    """`node` and every statement, block and small statement inside it (nested defs included), in source order: what
+    `m.findall` of a statement or small statement matcher visits, without a visitor's dispatch at every node."""
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        yield current
+        pending.extend(reversed(statement_children(current)))
+
+
+def name_values(node: cst.CSTNode) -> set[str]:
+    """The values of every `Name` node in `node` (attribute names included), as `m.findall(node, m.Name())` finds
+    them, from a walk of the fields."""
+    values, pending = set(), [node]
+    while pending:
+        current = pending.pop()
+        if type(current) is cst.Name:
+            values.add(current.value)
+        else:
+            pending.extend(child_nodes(current))
+    return values

@@ -290,8 +290,10 @@ def _defined_above(classes: list[cst.ClassDef], cls: cst.ClassDef, name: str) ->
     return next((other for other in reversed(classes[:index]) if other.name.value == name), None)
 
 
-_CACHE_UTILS_IMPORT = re.compile(r"^from [.\w]*cache_utils import (?:\(([^)]*)\)|([^(\n]*)$)", re.MULTILINE)
-_CACHE_NAMED_CLASS = re.compile(r"^class \w*Cache\b", re.MULTILINE)
+# Searched in "\n" + source: a line start is a newline before it (a pattern opening with `^` is tried at every
+# position; one opening with a newline skips to the newlines)
+_CACHE_UTILS_IMPORT = re.compile(r"\nfrom [.\w]*cache_utils import (?:\(([^)]*)\)|([^(\n]*)$)", re.MULTILINE)
+_CACHE_NAMED_CLASS = re.compile(r"\nclass \w*Cache\b")
 
 
 def _arguments(cls: cst.ClassDef | None, counters: dict) -> str:
@@ -322,15 +324,16 @@ class CachePytreeRegistration(Codemod):
     def might_apply(cls, source: str) -> bool:
         # A cache class is named *Cache (this covers `class Cache` of the API module) or derives from a name
         # imported from cache_utils; most modeling files only import `Cache` for annotations.
-        if _CACHE_NAMED_CLASS.search(source):
+        lines = "\n" + source
+        if _CACHE_NAMED_CLASS.search(lines):
             return True
-        groups = [group for match in _CACHE_UTILS_IMPORT.findall(source) for group in match]
+        groups = [group for match in _CACHE_UTILS_IMPORT.findall(lines) for group in match]
         names = {name.strip().split(" as ")[-1] for group in groups for name in group.split(",")}
         names.discard("")
         if not names:
             return False
-        bases = re.compile(r"^class \w+\([^)]*\b(" + "|".join(map(re.escape, sorted(names))) + r")\b", re.MULTILINE)
-        return bases.search(source) is not None
+        bases = re.compile(r"\nclass \w+\([^)]*\b(" + "|".join(map(re.escape, sorted(names))) + r")\b")
+        return bases.search(lines) is not None
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         classes = [stmt for stmt in tree.body if isinstance(stmt, cst.ClassDef)]
@@ -348,9 +351,7 @@ class CachePytreeRegistration(Codemod):
         return self._import_register(self._decorate_classes(tree, todo), imports)
 
     def _line(self, node: cst.ClassDef) -> int:
-        if not hasattr(self, "lines"):
-            self.lines = self.top_level_lines(self.tree)  # a full print: only when there is something to report
-        return self.lines[id(node)]
+        return self.top_level_line(self.tree, node)
 
     def _cache_classes(
         self, classes: list[cst.ClassDef], imports: list[cst.ImportFrom], defines_api: bool

@@ -72,7 +72,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst._nodes.internal import CodegenState
 
-from .base import LINE_LENGTH, Codemod, child_nodes
+from .base import LINE_LENGTH, Codemod, child_nodes, statement_children, walk_statements
 
 IS_EXPORTING = "torch.compiler.is_exporting()"
 _REDUCTIONS = frozenset({"any", "all"})
@@ -131,22 +131,16 @@ NO_NAMES = _Bound(frozenset(), frozenset())
 
 
 class _LazyBound:
-    """A function's `_Bound`, found on first use: most functions have no `if` that asks, and the search walks the
-    whole function."""
+    """A function's `_Bound`, each part found on first use: most functions have no `if` that asks, and the searches
+    walk the function."""
 
     def __init__(self, function: cst.FunctionDef, listed: frozenset[str] = frozenset()):
         self.function = function
-        self.bound: _Bound | None = None
         self.listed = listed  # known without the walk
 
-    def _get(self) -> _Bound:
-        if self.bound is None:
-            self.bound = _bound_names(self.function)
-        return self.bound
-
-    sizes = property(lambda self: self._get().sizes)
-    values = property(lambda self: self._get().values)
-    numpy = property(lambda self: self._get().numpy)
+    sizes = property(lambda self: _size_and_value_names(self.function)[0])
+    values = property(lambda self: _size_and_value_names(self.function)[1])
+    numpy = property(lambda self: _bindings(self.function).numpy)
 
 
 class _Refusal(Exception):
@@ -200,12 +194,13 @@ def _reduction_comparison(node: cst.BaseExpression, shapes: _Bound = NO_NAMES) -
     sides = (node.left, node.comparisons[0].comparator)
     reduction = _value_reduction(sides[0]) or _value_reduction(sides[1])
     # Before asking the function's names (a walk over it): without a name or a reduction there is nothing to find
-    if (reduction is None and not any(isinstance(side, cst.Name) for side in sides)) or shapes.numpy:
+    if reduction is None and not any(isinstance(side, cst.Name) for side in sides):
         return None
-    for side in sides:
-        if isinstance(side, cst.Name) and side.value in shapes.values:
-            return side.value
-    return reduction
+    named = next((side.value for side in sides if isinstance(side, cst.Name) and side.value in shapes.values), None)
+    # With numpy in the function `a.max() > n` may be an array's; asked last, as its answer needs a walk
+    if (named is None and reduction is None) or shapes.numpy:
+        return None
+    return named if named is not None else reduction
 
 
 def _is_size(node: cst.BaseExpression, shapes: _Bound) -> bool:
@@ -236,9 +231,13 @@ def _shape_comparison(node: cst.BaseExpression, shapes: _Bound) -> bool:
         return False
     left, right = node.left, node.comparisons[0].comparator
     small = lambda side: isinstance(side, cst.Integer) and side.value in ("0", "1")  # noqa: E731
-    return (_is_size(left, shapes) and (small(right) or _is_size(right, shapes))) or (
-        small(left) and _is_size(right, shapes)
-    )
+    if small(right):
+        return _is_size(left, shapes)
+    if small(left):
+        return _is_size(right, shapes)
+    # A name asks the function's names (a walk over it): the other side first
+    first, second = (right, left) if isinstance(left, cst.Name) else (left, right)
+    return _is_size(first, shapes) and _is_size(second, shapes)
 
 
 def _holds_reduction(node: cst.BaseExpression) -> bool:
@@ -249,19 +248,17 @@ def _holds_reduction(node: cst.BaseExpression) -> bool:
 
 
 class _Bindings:
-    """One walk over a function: its assignments, the other places that bind names, and whether it uses numpy."""
+    """One walk over every node of a function: the places other than assignments that bind names, and whether it
+    uses numpy."""
 
     def __init__(self, function: cst.FunctionDef):
-        self.assigns: list[cst.Assign] = []
         self.rebound: set[str] = set()
         self.numpy = False
         pending = [function]
         while pending:
             node = pending.pop()
             kind = type(node)
-            if kind is cst.Assign:
-                self.assigns.append(node)
-            elif kind in (cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr):
+            if kind in (cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr):
                 self._rebind(node.target)
             elif kind is cst.Param:
                 self._rebind(node.name)
@@ -276,12 +273,17 @@ class _Bindings:
 
 # Nodes hash by identity: the candidate search and the rewriter ask the same function, each from its own walk
 @functools.lru_cache(maxsize=64)
-def _bound_names(function: cst.FunctionDef) -> _Bound:
-    """The names `function` binds only from sizes (`seq_len = x.shape[1]`, `batch, seq_len, _ = x.shape`) or only
+def _bindings(function: cst.FunctionDef) -> _Bindings:
+    return _Bindings(function)
+
+
+@functools.lru_cache(maxsize=64)
+def _size_and_value_names(function: cst.FunctionDef) -> tuple[frozenset[str], frozenset[str]]:
+    """The names `function` binds only from sizes (`seq_len = x.shape[1]`, `batch, seq_len, _ = x.shape`) and only
     from whole-tensor reductions."""
-    bindings = _Bindings(function)  # every use of it is a set: the walk's order does not matter
-    sizes, values, others = set(), set(), set(bindings.rebound)
-    for assign in bindings.assigns:
+    sizes, values, others = set(), set(), set()
+    # Assignments are statements: a walk of the statements finds them all (in another order: every use is a set)
+    for assign in (node for node in walk_statements(function) if type(node) is cst.Assign):
         for target in assign.targets:
             names = [e for e in _target_elements(target.target) if isinstance(e, cst.Name)]
             whole_shape = m.matches(assign.value, m.Attribute(attr=m.Name("shape"))) or m.matches(
@@ -295,7 +297,10 @@ def _bound_names(function: cst.FunctionDef) -> _Bound:
                 sizes.update(name.value for name in names)
             else:
                 others.update(name.value for name in names)
-    return _Bound(frozenset(sizes - others), frozenset(values - others), bindings.numpy)
+    if not sizes and not values:
+        return frozenset(), frozenset()  # the other bindings (a walk of every node) could take nothing away
+    others |= _bindings(function).rebound
+    return frozenset(sizes - others), frozenset(values - others)
 
 
 def _holds_order_comparison_or_method_call(test: cst.BaseExpression) -> bool:
@@ -889,7 +894,7 @@ def _has_candidates(
         scopes = (*scopes, stmt.name.value)
     if kind is cst.FunctionDef:
         shapes = _LazyBound(stmt, listed.get(".".join(scopes), frozenset()))
-    return any(_has_candidates(child, listed, scopes, shapes) for child in child_nodes(stmt))
+    return any(_has_candidates(child, listed, scopes, shapes) for child in statement_children(stmt))
 
 
 # What libcst's PositionProvider counts as a line break
@@ -1345,6 +1350,29 @@ def _formatted_block(statements: list[cst.BaseStatement], depth: int, indent: in
     return cst.parse_module(formatted).body[0].body
 
 
+def _visit_candidates(
+    stmt: cst.BaseStatement, rewriter: _Rewriter, listed: dict[str, frozenset[str]], scopes: tuple[str, ...] = ()
+) -> cst.BaseStatement:
+    """`stmt.visit(rewriter)`, where a class visits only its members that hold a candidate (with the class's scope and
+    depth): in a statement without branch functions, the others hold nothing to rewrite or lay out, and visiting
+    them would only rebuild them."""
+    if type(stmt) is not cst.ClassDef or type(stmt.body) is not cst.IndentedBlock:
+        return stmt.visit(rewriter)
+    scopes = (*scopes, stmt.name.value)
+    rewriter.visit_ClassDef(stmt)
+    rewriter.depth += 1  # the class's block, as `visit_IndentedBlock` counts it
+    body, changed = [], False
+    for member in stmt.body.body:
+        new = _visit_candidates(member, rewriter, listed, scopes) if _has_candidates(member, listed, scopes) else member
+        changed = changed or new is not member
+        body.extend(new.nodes if isinstance(new, cst.FlattenSentinel) else [new])
+    rewriter.depth -= 1
+    rewriter.leave_ClassDef(stmt)
+    if not changed:
+        return stmt
+    return stmt.with_changes(body=_blank_lines_before_branch_functions(stmt.body.with_changes(body=body)))
+
+
 def _imports_torch(tree: cst.Module) -> bool:
     """Whether the module runs `import torch` at its top level (also under `if is_torch_available():`)."""
     top_level = [
@@ -1458,35 +1486,32 @@ class CondBranches(Codemod):
             )
 
     def _transform(self, tree: cst.Module, listed: dict[str, frozenset[str]]) -> cst.Module:
-        with_candidates = {index for index, stmt in enumerate(tree.body) if _has_candidates(stmt, listed)}
+        with_candidates = [index for index, stmt in enumerate(tree.body) if _has_candidates(stmt, listed)]
         if not with_candidates:
             return tree
-        body, changed, line = [], False, 1 + len(tree.header)
         torch_imported, indent = _imports_torch(tree), len(tree.default_indent.expandtabs(4))
-        last = max(with_candidates)
-        for index, stmt in enumerate(tree.body):
-            if index > last:
-                body.append(stmt)
-                continue
-            # Line numbers for the findings; printing a statement is the cost, so none after the last candidate
-            first_line = line
-            if index not in with_candidates:
-                line += self.statement_code(tree, stmt).count("\n")
-                body.append(stmt)
-                continue
-            # The lines of its `if`s come from the same printing (libcst's PositionProvider costs several times it)
+        # The lines of a candidate's `if`s come from printing it (libcst's PositionProvider costs several times it).
+        # Printed first, the candidates also place the statements between them in the source, whose lines are then
+        # counted there instead of printed.
+        printed = {}
+        for index in with_candidates:
+            stmt = tree.body[index]
             state = _IfLineState(default_indent=tree.default_indent, default_newline=tree.default_newline)
             stmt._codegen(state)
             code = "".join(state.tokens)
             self.remember_statement_code(tree, stmt, code)
-            line += code.count("\n")
-            rewriter = _Rewriter(self, state.if_lines, first_line, torch_imported, indent, listed)
-            new = stmt.visit(rewriter)
+            printed[index] = (state.if_lines, code)
+        body, changed = list(tree.body), False
+        for index in with_candidates:
+            if_lines, code = printed[index]
+            rewriter = _Rewriter(self, if_lines, self.first_line(tree, index), torch_imported, indent, listed)
+            if "true_fn" in code or "false_fn" in code:
+                new = tree.body[index].visit(rewriter)  # branch functions to lay out: every block is visited
+            else:
+                new = _visit_candidates(tree.body[index], rewriter, listed)
             # The visit rebuilds every node; with no `if` replaced and no branch function to lay out, the text is the
             # same, and keeping the statement object lets the engine and vendoring reuse its printed code
             if rewriter.rewrites or "true_fn" in code or "false_fn" in code:
-                body.append(new)
+                body[index] = new
                 changed = True
-            else:
-                body.append(stmt)
         return tree.with_changes(body=body) if changed else tree

@@ -24,7 +24,16 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from .base import EXPORTING, Codemod, ReplaceNodes, child_nodes, export_twin, imports_torch
+from .base import (
+    EXPORTING,
+    Codemod,
+    ReplaceNodes,
+    export_twin,
+    imports_torch,
+    name_values,
+    statement_children,
+    walk_statements,
+)
 
 # Names the export arm binds: refused where the function already uses them
 EXPORT_NAMES = ("conv_length", "last_positions")
@@ -88,7 +97,7 @@ def _candidate_functions(tree: cst.Module) -> list[tuple[cst.FunctionDef, str, i
             entry = [node, ".".join(scopes), index, False]
             found.append(entry)
             enclosing = [*enclosing, entry]
-        for child in child_nodes(node):
+        for child in statement_children(node):
             walk(child, scopes, enclosing, index)
 
     for index, stmt in enumerate(tree.body):
@@ -111,28 +120,38 @@ class ConvOutputTail(Codemod):
         has_torch = imports_torch(tree)
         replacements = {}
         rewritten_statements = set()  # indexes of the top-level statements that hold a replaced slice
-        lines = None  # of the top-level statements, printed only when there is something to report
         for function, construct, index in _candidate_functions(tree):
-            assigned = {node.targets[0].target.value for node in m.findall(function.body, UPDATE_CONV_STATE)}
+            # The statements hold all the matched nodes: one walk of them, no visitor
+            statements = list(walk_statements(function.body))
+            assigned = {
+                node.targets[0].target.value
+                for node in statements
+                if type(node) is cst.Assign and m.matches(node, UPDATE_CONV_STATE)
+            }
             # a slice already in the eager arm of this rewrite (a second run), or seen in an enclosing def, is done
-            done = {id(stmt) for branch in m.findall(function.body, EXPORT_CHOICE) for stmt in branch.orelse.body.body}
+            done = {
+                id(stmt)
+                for branch in statements
+                if type(branch) is cst.If and m.matches(branch, EXPORT_CHOICE)
+                for stmt in branch.orelse.body.body
+            }
+            lines = [stmt for stmt in statements if type(stmt) is cst.SimpleStatementLine]
             tails = [
                 stmt
                 for name in sorted(assigned)
-                for stmt in m.findall(function.body, _tail_slice(name))
-                if id(stmt) not in done and stmt not in replacements
+                for stmt in lines
+                if m.matches(stmt, _tail_slice(name)) and id(stmt) not in done and stmt not in replacements
             ]
             if not tails:
                 continue
-            names = {node.value for node in m.findall(function, m.Name())}
+            names = name_values(function)
             taken = sorted(names & set(EXPORT_NAMES))
             reason = None
             if taken:
                 reason = f"the function already uses `{'`, `'.join(taken)}`"
             elif not has_torch:
                 reason = "the module does not `import torch`"
-            lines = lines if lines is not None else self.top_level_lines(tree)
-            line = lines[id(tree.body[index])]
+            line = self.top_level_line(tree, tree.body[index])
             for stmt in tails:
                 if reason is not None:
                     self.report(line, "refused", construct, reason)

@@ -145,7 +145,7 @@ class ExportEarlyReturn(Codemod):
         if target == start or m.matches(statements[start], EARLY_RETURN):
             return function  # nothing runs before the test, or already rewritten
         construct = f"def {function.name.value}"
-        line = self.top_level_lines(tree)[id(function)]
+        line = self.top_level_line(tree, function)
         blocking = next(
             (stmt for stmt in statements[start:target] if not _only_binds_locals(stmt)),
             None,
@@ -178,7 +178,7 @@ class ExportEarlyReturn(Codemod):
         ):
             return function
         construct = f"def {function.name.value}"
-        line = self.top_level_lines(tree)[id(function)]
+        line = self.top_level_line(tree, function)
         between = statements[start + 1 : -2]
         if any(not _only_binds_locals(stmt) or flag in _assigned_names(stmt) for stmt in between):
             self.report(line, "refused", construct, f"a statement before the `{flag}` test does more than bind locals")

@@ -33,7 +33,17 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from .base import EXPORTING, LINE_LENGTH, Codemod, child_nodes, export_twin, imports_torch, statement_node_lines
+from .base import (
+    EXPORTING,
+    LINE_LENGTH,
+    Codemod,
+    export_twin,
+    imports_torch,
+    name_values,
+    statement_children,
+    statement_node_lines,
+    walk_statements,
+)
 
 # `torch.greater(M.sum(...), 0).nonzero()`
 EXPERTS_HIT = m.Call(
@@ -87,16 +97,21 @@ def _self_attributes(cls: cst.ClassDef) -> tuple[frozenset[str], frozenset[str]]
 
 
 def _bound_names(node: cst.CSTNode) -> set[str]:
-    """Plain names that `node` binds (assignment targets, tuple elements, loop targets, `with ... as`)."""
+    """Plain names that `node` binds (assignment targets, tuple elements, loop targets, `with ... as`): every name in
+    those targets, read from a walk of the statements (the only places that hold them)."""
     names = set()
-    for target in m.findall(node, m.AssignTarget() | m.AnnAssign() | m.AugAssign() | m.For() | m.WithItem()):
-        bound = getattr(target, "target", None) if not isinstance(target, cst.WithItem) else target.asname
-        if isinstance(bound, cst.AsName):
-            bound = bound.name
-        if bound is not None:
-            names |= (
-                {n.value for n in m.findall(bound, m.Name())} if not isinstance(bound, cst.Name) else {bound.value}
-            )
+    for stmt in walk_statements(node):
+        kind = type(stmt)
+        if kind is cst.Assign:
+            targets = [target.target for target in stmt.targets]
+        elif kind is cst.AnnAssign or kind is cst.AugAssign or kind is cst.For:
+            targets = [stmt.target]
+        elif kind is cst.With:
+            targets = [item.asname.name for item in stmt.items if item.asname is not None]
+        else:
+            continue
+        for target in targets:
+            names |= {target.value} if type(target) is cst.Name else name_values(target)
     return names
 
 
@@ -370,21 +385,23 @@ class MoeExpertLoop(Codemod):
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # Only a top-level statement that binds the experts hit can hold a loop to rewrite: the others are neither
-        # visited nor rebuilt (the engine then prints them once), and line numbers come from printing the candidates
+        # visited nor rebuilt (the engine takes their text from the source), and line numbers come from printing the
+        # candidates
         candidates = {index for index, stmt in enumerate(tree.body) if _binds_experts_hit(stmt)}
         if not candidates:
             return tree
         has_torch = imports_torch(tree)
-        body, changed, line = list(tree.body), False, 1 + len(tree.header)
-        for index, stmt in enumerate(tree.body[: max(candidates) + 1]):
-            if index not in candidates:
-                line += self.statement_code(tree, stmt).count("\n")
-                continue
-            code, loop_lines = statement_node_lines(tree, stmt, (cst.For,))
-            self.remember_statement_code(tree, stmt, code)
-            rewriter = _Rewriter(self, {key: line - 1 + value for key, value in loop_lines.items()}, has_torch)
-            line += code.count("\n")
-            new = stmt.visit(rewriter)
+        # Printed first, the candidates also place the statements before them in the source (their lines are
+        # counted there, not printed)
+        printed = {}
+        for index in sorted(candidates):
+            code, printed[index] = statement_node_lines(tree, tree.body[index], (cst.For,))
+            self.remember_statement_code(tree, tree.body[index], code)
+        body, changed = list(tree.body), False
+        for index in sorted(candidates):
+            line = self.first_line(tree, index)
+            rewriter = _Rewriter(self, {key: line - 1 + value for key, value in printed[index].items()}, has_torch)
+            new = tree.body[index].visit(rewriter)
             if rewriter.twins:
                 body[index], changed = new, True
         return tree.with_changes(body=body) if changed else tree
@@ -394,7 +411,7 @@ def _binds_experts_hit(node: cst.CSTNode) -> bool:
     """Whether `node` holds an assignment `H = torch.greater(M.sum(...), 0).nonzero()` (a walk of the fields)."""
     if type(node) is cst.Assign and m.matches(node.value, EXPERTS_HIT):
         return True
-    return any(_binds_experts_hit(child) for child in child_nodes(node))
+    return any(_binds_experts_hit(child) for child in statement_children(node))
 
 
 class _Rewriter(cst.CSTTransformer):

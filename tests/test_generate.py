@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import libcst as cst
 import pytest
 
 from exportsmith.discover import DiscoveryError, find_transformers
@@ -85,6 +87,26 @@ def test_relative_imports_resolve_from_the_module_position():
 def test_model_package_exports_the_public_names(rendered):
     init = rendered.files["llama/__init__.py"]
     assert "from .modeling_llama import (" in init and '"LlamaForCausalLM",' in init
+
+
+@pytest.mark.parametrize("count", [1, 5, 8, 9, 10, 20])
+@pytest.mark.parametrize("width", [6, 9, 13])
+def test_model_init_is_laid_out_as_black_lays_it_out(count, width):
+    """`__init__.py` is written in black's layout, not formatted by black: the lengths cross black's split of an
+    import and of `__all__` (on one line, one name a line)."""
+    import black
+
+    from exportsmith.generate import LINE_LENGTH, _model_init
+
+    names = [f"Name{index:0{width}d}" for index in range(count)]
+    source = f"__all__ = {names!r}\n"
+    change = Change("models/toy/modeling_toy.py", source, source, tree=cst.parse_module(source))
+    bare = Change("models/toy/modeling_toy_other.py", "x = 1\n", "x = 1\n", tree=cst.parse_module("x = 1\n"))
+    text = _model_init(TF.models["llama"], [change, bare], "9.9")
+    assert text == black.format_str(text, mode=black.Mode(line_length=LINE_LENGTH))
+    statements = ast.parse(text).body
+    assert [alias.name for alias in statements[0].names] == names and statements[1].names[0].name == "*"
+    assert ast.literal_eval(statements[2].value) == names
 
 
 def test_output_is_identical_under_different_hash_seeds(tmp_path):

@@ -89,3 +89,63 @@ def test_if_lines_are_the_position_providers(source):
         positions = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
         expected = {id(node): span.start.line for node, span in positions.items() if isinstance(node, cst.If)}
         assert state.if_lines == expected
+
+
+# Sources where statement texts repeat at line starts (in a docstring, as duplicates), with header and footer
+# comments, CRLF newlines and tabs: placing a statement by its text must never pick the wrong place
+TRICKY_SOURCES = [
+    SOURCE,
+    '"""Doc.\n\nimport torch\nx = 1\n"""\n\nimport torch\nx = 1\nx = 1\n\n\ndef f():\n    return x\n# footer\n',
+    "# a\r\n\r\nimport os\r\n\r\n\r\nclass A:\r\n\tdef f(self):\r\n\t\treturn 1\r\n\r\n\r\nclass A:\r\n\tdef f(self):\r\n"
+    "\t\treturn 1\r\n",
+    "x = 1\n" * 5 + "def g():\n    x = 1\n    return x\n",
+    "x = 1\ny = 2",  # no trailing newline: printed as libcst prints it
+]
+
+
+def _variants(module: cst.Module):
+    """Modules a codemod could make of `module`: statements replaced, removed, added, moved."""
+    body = list(module.body)
+    new = cst.parse_statement("added = 1\n")
+    yield module
+    for index in range(len(body)):
+        yield module.with_changes(body=[*body[:index], new, *body[index + 1 :]])
+        yield module.with_changes(body=[*body[:index], *body[index + 1 :]])
+        yield module.with_changes(body=[*body[:index], new, *body[index:]])
+    yield module.with_changes(body=body[::-1])
+
+
+@pytest.mark.parametrize(
+    "source",
+    [*TRICKY_SOURCES, *(path.read_text(encoding="utf-8") for path in FIXTURES[::4])],
+    ids=[f"tricky{i}" for i in range(len(TRICKY_SOURCES))] + [f"{p.parent.name}/{p.name}" for p in FIXTURES[::4]],
+)
+def test_codes_from_the_source_are_the_printed_ones(source):
+    """Whatever was printed before (nothing, every other statement, everything), a module derived from the parsed
+    source prints, and numbers its lines, as libcst does."""
+    original = cst.parse_module(source)
+    for printed in (0, 2, 1):
+        for module in _variants(original):
+            codes = StatementCodes(source, original)
+            for stmt in original.body[::printed] if printed else ():
+                codes.code(original, stmt)
+            assert codes.module_code(module) == module.code
+            lines = 1 + len(module.header)
+            for index, stmt in enumerate(module.body):
+                assert codes.first_line(module, index) == lines
+                lines += module.code_for_node(stmt).count("\n")
+
+
+def test_the_statements_of_the_source_are_not_printed(monkeypatch):
+    source = (Path(__file__).parent / "fixtures" / "cond_branches" / "select_if_else.in.py").read_text()
+    original = cst.parse_module(source)
+    codes = StatementCodes(source, original)
+    middle = len(original.body) // 2
+    codes.code(original, original.body[middle])  # a candidate a codemod printed
+    changed = original.with_changes(body=[*original.body[:middle], cst.parse_statement("y = 2\n")])
+    printed = []
+    monkeypatch.setattr(cst.Module, "code_for_node", lambda self, node: printed.append(node) or "?")
+    assert codes.first_line(original, middle) > 1
+    assert codes.module_code(original) == source
+    assert codes.module_code(changed).endswith("?")  # only the new statement is printed
+    assert printed == [changed.body[-1]]

@@ -88,7 +88,7 @@ def run_codemods(
         return Change(relpath, source, source, error=f"does not parse: {message}")
     run = _Run()
     original_tree = tree
-    codes = StatementCodes()
+    codes = StatementCodes(source, tree)  # the original's statements come from the source text
     for codemod in codemods:
         if not codemod.might_apply(source):
             continue

@@ -29,7 +29,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 
-from codemods.base import StatementCodes
+from codemods.base import StatementCodes, walk_statements
 
 from . import __version__
 from .pipeline import Change
@@ -72,7 +72,12 @@ def shared_prefix(module_name: str) -> str:
 
 
 def _module_expr(dotted: str) -> cst.BaseExpression:
-    return cst.parse_expression(dotted)
+    """`a.b.c` as the expression that parsing it gives (names joined by dots without whitespace)."""
+    first, *rest = dotted.split(".")
+    expr: cst.BaseExpression = cst.Name(first)
+    for name in rest:
+        expr = cst.Attribute(value=expr, attr=cst.Name(name))
+    return expr
 
 
 class _VendorImports(cst.CSTTransformer):
@@ -131,19 +136,20 @@ def vendor_module(
     dotted name inside transformers)."""
     tree = _rewritten_tree(change)
     transformer = _VendorImports(module_name, added_names)
-    if _NESTED_RELATIVE_IMPORT.search(change.rewritten):
-        tree = tree.visit(transformer)
-    else:  # imports only at the top level: no need to walk every node
-        body = []
-        for stmt in tree.body:
-            if isinstance(stmt, cst.SimpleStatementLine):
-                stmt = transformer.leave_SimpleStatementLine(stmt, stmt)
-            body.extend(stmt.nodes if isinstance(stmt, cst.FlattenSentinel) else [stmt])
-        tree = tree.with_changes(body=body)
-        # The statements the imports left alone keep the code the pipeline printed for them
-        codes = change.codes if change.codes is not None and change.tree is not None else StatementCodes()
-        return header(change, version, regenerate) + codes.module_code(tree)
-    return header(change, version, regenerate) + tree.code
+    # Imports inside defs and blocks only where the text has a relative one there; then every statement that holds
+    # an import is visited (the others hold nothing to change, and stay the same objects)
+    nested = _NESTED_RELATIVE_IMPORT.search(change.rewritten) is not None
+    body = []
+    for stmt in tree.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            stmt = transformer.leave_SimpleStatementLine(stmt, stmt)
+        elif nested and any(type(node) is cst.ImportFrom for node in walk_statements(stmt)):
+            stmt = stmt.visit(transformer)
+        body.extend(stmt.nodes if isinstance(stmt, cst.FlattenSentinel) else [stmt])
+    tree = tree.with_changes(body=body)
+    # The statements the imports left alone keep the code the pipeline has for them (mostly the source's text)
+    codes = change.codes if change.codes is not None and change.tree is not None else StatementCodes()
+    return header(change, version, regenerate) + codes.module_code(tree)
 
 
 def _original_tree(change: Change) -> cst.Module:
