@@ -436,9 +436,8 @@ class CandidateStatements:
     candidates, paid for those statements alone, not for the whole module:
 
     - lines (and columns) where libcst's PositionProvider starts each node of `kinds` (but an `IndentedBlock`, which
-      the provider starts at its first statement), from one printing of each of `statements`, offset by where it
-      starts in the printed module (the engine's `StatementCodes`, printed once anyway, give the other statements'
-      lengths);
+      the provider starts at its first statement), from one printing of each of `statements`, offset by the line
+      where it starts (`Codemod.first_line`: counted in the source where the engine knows it, else printed);
     - qualified names from the scope analysis of a copy of `tree` in which only the bodies of `scopes` (the defs,
       lambdas or other nodes inside `statements` whose names are asked; default: `statements` whole) and of the
       defs and classes around them are kept, every other def's or class's body being `...` (and the def or class
@@ -463,12 +462,10 @@ class CandidateStatements:
 
     def _print(self) -> None:
         tree, lines = self.tree, {}
-        line = 1 + len(tree.header)
-        last = max((index for index, stmt in enumerate(tree.body) if id(stmt) in self.statements), default=-1)
-        for stmt in tree.body[: last + 1]:
+        for index, stmt in enumerate(tree.body):
             if id(stmt) not in self.statements:
-                line += self.codemod.statement_code(tree, stmt).count("\n")
                 continue
+            line = self.codemod.first_line(tree, index)  # from the source where the engine knows it, not a print
             state = _NodeLineState(
                 default_indent=tree.default_indent, default_newline=tree.default_newline, kinds=self.kinds
             )
@@ -477,7 +474,6 @@ class CandidateStatements:
             self.codemod.remember_statement_code(tree, stmt, code)
             lines.update((key, line - 1 + at) for key, at in state.lines.items())
             self._columns.update(state.columns)
-            line += code.count("\n")
         self._lines = lines
 
     def line(self, node: cst.CSTNode) -> int:
