@@ -1363,7 +1363,9 @@ def _visit_candidates(
     rewriter.depth += 1  # the class's block, as `visit_IndentedBlock` counts it
     body, changed = [], False
     for member in stmt.body.body:
-        new = _visit_candidates(member, rewriter, listed, scopes) if _has_candidates(member, listed, scopes) else member
+        new = (
+            _visit_candidates(member, rewriter, listed, scopes) if _has_candidates(member, listed, scopes) else member
+        )
         changed = changed or new is not member
         body.extend(new.nodes if isinstance(new, cst.FlattenSentinel) else [new])
     rewriter.depth -= 1

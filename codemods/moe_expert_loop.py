@@ -483,7 +483,11 @@ class _Rewriter(cst.CSTTransformer):
         except _Refusal as refusal:
             self.codemod.report(line, "refused", construct, str(refusal))
             return
-        text = "if torch.compiler.is_exporting():\n" + "".join(f"    {c}\n" for c in COMMENT) + "    pass\nelse:\n    pass\n"
+        text = (
+            "if torch.compiler.is_exporting():\n"
+            + "".join(f"    {c}\n" for c in COMMENT)
+            + "    pass\nelse:\n    pass\n"
+        )
         replacement = export_twin(text, [loop], loop.leading_lines, export=[matched.export_twin()])
         self.twins[id(loop)] = _fitted(replacement, self.depth)
         self.codemod.report(line, "rewritten", construct, f"loops over range({mask}.shape[0]) under export")
