@@ -566,6 +566,18 @@ def holds(node: cst.CSTNode, found) -> bool:
     return False
 
 
+def candidates_in_statements(tree: cst.Module, test, find) -> tuple[list, dict]:
+    """The candidates `find(statement)` gives (tuples whose first item is the candidate node) in the top-level
+    statements of `tree` that `holds` a node `test` accepts, and candidate node -> the statement holding it."""
+    candidates, owners = [], {}
+    for owner in tree.body:
+        if holds(owner, test):
+            for found in find(owner):
+                candidates.append(found)
+                owners[found[0]] = owner
+    return candidates, owners
+
+
 class ReplaceNodes(cst.CSTTransformer):
     """Puts each replacement where its original node is (by identity)."""
 

@@ -32,8 +32,8 @@ from .base import (
     EXPORTING,
     CandidateStatements,
     Codemod,
+    candidates_in_statements,
     export_twin,
-    holds,
     imports_torch,
     replace_in_statements,
     scoped_nodes,
@@ -128,12 +128,7 @@ class PadToMinLength(Codemod):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # Only a top-level statement that holds an `if` on `X.shape[-1] < K` can hold a candidate: the candidate
         # search, the line numbers and the scope analysis are paid for those statements alone
-        holding = [stmt for stmt in tree.body if holds(stmt, _tests_shorter)]
-        candidates, owners = [], {}  # owners: candidate -> its top-level statement
-        for owner in holding:
-            for found in _candidates(owner):
-                candidates.append(found)
-                owners[found[0]] = owner
+        candidates, owners = candidates_in_statements(tree, _tests_shorter, _candidates)
         if not candidates:
             return tree
         statements = CandidateStatements(

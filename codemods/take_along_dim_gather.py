@@ -29,6 +29,7 @@ from .base import (
     EXPORTING,
     CandidateStatements,
     Codemod,
+    candidates_in_statements,
     export_twin,
     holds,
     imports_torch,
@@ -117,12 +118,7 @@ class TakeAlongDimGather(Codemod):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         # Only a top-level statement that calls something named `take_along_dim` can hold a candidate: the candidate
         # search, the line numbers and the scope analysis are paid for those statements alone
-        holding = [stmt for stmt in tree.body if holds(stmt, _named_call)]
-        candidates, owners = [], {}  # owners: candidate -> its top-level statement
-        for owner in holding:
-            for found in _candidates(owner):
-                candidates.append(found)
-                owners[found[0]] = owner
+        candidates, owners = candidates_in_statements(tree, _named_call, _candidates)
         if not candidates:
             return tree
         statements = CandidateStatements(

@@ -33,8 +33,8 @@ from .base import (
     LINE_LENGTH,
     CandidateStatements,
     Codemod,
+    candidates_in_statements,
     export_twin,
-    holds,
     imports_torch,
     nodes_in,
     replace_in_statements,
@@ -149,12 +149,7 @@ class TensorLen(Codemod):
         # Only a top-level statement that holds a `N = len(...)` can hold a candidate, and only one whose function
         # binds `X = <call>` can be rewritten or refused: the candidate search, the line numbers and the scope
         # analysis are paid for those alone (a few functions of a module of thousands of lines)
-        holding = [stmt for stmt in tree.body if holds(stmt, _assigns_len)]
-        candidates, owners = [], {}  # owners: candidate -> its top-level statement
-        for owner in holding:
-            for found in _candidates(owner):
-                candidates.append(found)
-                owners[found[0]] = owner
+        candidates, owners = candidates_in_statements(tree, _assigns_len, _candidates)
         bindings = {}  # id(function) -> `X` -> the statements `X = <call>` in it
         for _, _, _, function, _ in candidates:
             if id(function) not in bindings:
