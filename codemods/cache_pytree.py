@@ -26,7 +26,8 @@ import re
 import libcst as cst
 import libcst.matchers as m
 from ._imports import add_from_import, add_plain_import
-from .base import LINE_LENGTH, Codemod, child_nodes
+from .base import LINE_LENGTH, Codemod
+from ._walks import child_nodes
 
 REGISTER = "register_cache_pytree_node"
 # The classes that define transformers' cache API, by the names `cache_utils` gives them.

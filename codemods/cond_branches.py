@@ -72,7 +72,8 @@ import libcst as cst
 import libcst.matchers as m
 from libcst._nodes.internal import CodegenState
 
-from .base import LINE_LENGTH, Codemod, child_nodes, statement_children, walk_statements
+from .base import LINE_LENGTH, Codemod
+from ._walks import child_nodes, statement_children, walk_statements
 
 IS_EXPORTING = "torch.compiler.is_exporting()"
 _REDUCTIONS = frozenset({"any", "all"})

@@ -24,16 +24,8 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from .base import (
-    EXPORTING,
-    Codemod,
-    ReplaceNodes,
-    export_twin,
-    imports_torch,
-    name_values,
-    statement_children,
-    walk_statements,
-)
+from .base import EXPORTING, Codemod, export_twin, imports_torch
+from ._walks import ReplaceNodes, name_values, statement_children, walk_statements
 
 # Names the export arm binds: refused where the function already uses them
 EXPORT_NAMES = ("conv_length", "last_positions")

@@ -33,17 +33,9 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from .base import (
-    EXPORTING,
-    LINE_LENGTH,
-    Codemod,
-    export_twin,
-    imports_torch,
-    name_values,
-    statement_children,
-    statement_node_lines,
-    walk_statements,
-)
+from .base import EXPORTING, LINE_LENGTH, Codemod, export_twin, imports_torch
+from ._statement_codes import statement_node_lines
+from ._walks import name_values, statement_children, walk_statements
 
 # `torch.greater(M.sum(...), 0).nonzero()`
 EXPERTS_HIT = m.Call(

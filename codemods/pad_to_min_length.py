@@ -28,16 +28,9 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from .base import (
-    EXPORTING,
-    CandidateStatements,
-    Codemod,
-    candidates_in_statements,
-    export_twin,
-    imports_torch,
-    replace_in_statements,
-    scoped_nodes,
-)
+from .base import EXPORTING, Codemod, export_twin, imports_torch
+from ._candidates import CandidateStatements
+from ._walks import candidates_in_statements, replace_in_statements, scoped_nodes
 
 PAD = "torch.nn.functional.pad"
 _PADS = m.MatchIfTrue(lambda name: name.endswith("pad"))

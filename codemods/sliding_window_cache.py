@@ -31,7 +31,8 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from .base import EXPORTING, Codemod, export_twin, top_level_lines
+from .base import EXPORTING, Codemod, export_twin
+from ._statement_codes import top_level_lines
 
 LAYER = "DynamicSlidingWindowLayer"
 

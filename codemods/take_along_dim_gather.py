@@ -25,17 +25,9 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from .base import (
-    EXPORTING,
-    CandidateStatements,
-    Codemod,
-    candidates_in_statements,
-    export_twin,
-    holds,
-    imports_torch,
-    replace_in_statements,
-    scoped_nodes,
-)
+from .base import EXPORTING, Codemod, export_twin, imports_torch
+from ._candidates import CandidateStatements
+from ._walks import candidates_in_statements, holds, replace_in_statements, scoped_nodes
 
 TAKE_ALONG_DIM = "torch.take_along_dim"
 # A call of something named `take_along_dim`: the statements worth a look (the name is resolved for those alone)

@@ -28,18 +28,9 @@ import re
 import libcst as cst
 import libcst.matchers as m
 
-from .base import (
-    EXPORTING,
-    LINE_LENGTH,
-    CandidateStatements,
-    Codemod,
-    candidates_in_statements,
-    export_twin,
-    imports_torch,
-    nodes_in,
-    replace_in_statements,
-    scoped_nodes,
-)
+from .base import EXPORTING, LINE_LENGTH, Codemod, export_twin, imports_torch
+from ._candidates import CandidateStatements
+from ._walks import candidates_in_statements, nodes_in, replace_in_statements, scoped_nodes
 
 # Calls whose result is a new tensor of at least one dimension
 CONCATENATIONS = ("torch.cat", "torch.concat", "torch.concatenate", "torch.stack")

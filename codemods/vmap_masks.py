@@ -39,7 +39,9 @@ import builtins
 import libcst as cst
 import libcst.matchers as m
 
-from .base import CandidateStatements, Codemod, child_nodes, imports_torch
+from .base import Codemod, imports_torch
+from ._candidates import CandidateStatements
+from ._walks import child_nodes
 
 GET_ITEM_TO_INDEX = "torch._dynamo._trace_wrapped_higher_order_op.TransformGetItemToIndex"
 # Functions of an index value that act elementwise (so they commute with broadcasting)

@@ -12,7 +12,8 @@ import pytest
 from libcst.codemod import CodemodContext
 from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
 
-from codemods.base import CandidateStatements, ReplaceNodes, replace_in_statements
+from codemods._candidates import CandidateStatements
+from codemods._walks import ReplaceNodes, replace_in_statements
 from codemods.tensor_len import TensorLen
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -8,7 +8,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from codemods.base import StatementCodes
+from codemods._statement_codes import StatementCodes
 
 FIXTURES = sorted((Path(__file__).parent / "fixtures").glob("*/*.py"))
 SOURCE = (

@@ -14,7 +14,7 @@ import libcst as cst
 from libcst.codemod import CodemodContext, SkipFile
 
 from codemods import ALL_CODEMODS, Codemod, Finding
-from codemods.base import StatementCodes
+from codemods._statement_codes import StatementCodes
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 
-from codemods.base import StatementCodes, walk_statements
+from codemods._statement_codes import StatementCodes
+from codemods._walks import walk_statements
 
 from . import __version__
 from .pipeline import Change
