@@ -11,7 +11,6 @@ For every supported shape:
 
 from __future__ import annotations
 
-import sys
 import types
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,22 +21,16 @@ from torch.export import Dim
 
 from codemods.cond_branches import CondBranches
 from exportsmith.pipeline import run_codemods
+from source_modules import module_from_source
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cond_branches"
-
-
-def _module(source: str, name: str) -> types.ModuleType:
-    module = types.ModuleType(name)
-    exec(compile(source, f"{name}.py", "exec"), module.__dict__)
-    sys.modules[name] = module  # torch.cond traces its branches with dynamo, which looks the module up
-    return module
 
 
 def _original_and_rewritten(case: str) -> tuple[types.ModuleType, types.ModuleType]:
     source = (FIXTURES / f"{case}.in.py").read_text()
     change = run_codemods(source, f"{case}.py", "transformers.models.toy.modeling_toy", codemods=(CondBranches,))
     assert change.applied == ("cond-branches",)
-    return _module(source, f"{case}_original"), _module(change.rewritten, f"{case}_rewritten")
+    return module_from_source(source, f"{case}_original"), module_from_source(change.rewritten, f"{case}_rewritten")
 
 
 def _bits(tensor: torch.Tensor) -> torch.Tensor:
@@ -433,7 +426,9 @@ def _listed_original_and_rewritten() -> tuple[types.ModuleType, types.ModuleType
     codemod = CondBranches.with_targets(load_targets(FIXTURES / "listed_targets.targets.json"))
     change = run_codemods(source, "listed_targets.in.py", "transformers.models.toy.modeling_toy", codemods=(codemod,))
     assert change.applied == ("cond-branches",)
-    return _module(source, "listed_targets_original"), _module(change.rewritten, "listed_targets_rewritten")
+    return module_from_source(source, "listed_targets_original"), module_from_source(
+        change.rewritten, "listed_targets_rewritten"
+    )
 
 
 def test_listed_tensor_test_exports_with_cond_and_matches_eager_in_both_arms():

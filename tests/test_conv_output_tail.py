@@ -4,8 +4,6 @@ layer in eager, and one exported program serves prefills shorter than, as long a
 
 from __future__ import annotations
 
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -18,24 +16,18 @@ from codemods.conv_output_tail import ConvOutputTail
 from exportsmith.pipeline import run_codemods
 from exportsmith.verify.shapes import dynamic_shapes_like
 from generated._shared import cache_utils as vendored
+from source_modules import module_from_source
 
 SOURCE = Path(__file__).parent / "fixtures" / "conv_output_tail" / "runtime_mixer.in.py"
 LENGTHS = [1, 2, 3, 4, 5, 9]  # the kernel is 4
-
-
-def _module(source: str, name: str) -> types.ModuleType:
-    module = types.ModuleType(name)
-    exec(compile(source, f"{name}.py", "exec"), module.__dict__)
-    sys.modules[name] = module
-    return module
 
 
 def _mixers():
     source = SOURCE.read_text()
     change = run_codemods(source, SOURCE.name, "transformers.models.toy.modeling_toy", codemods=(ConvOutputTail,))
     assert change.applied == ("conv-output-tail",)
-    original = _module(source, "runtime_mixer_original").ShortConvMixer()
-    rewritten = _module(change.rewritten, "runtime_mixer_rewritten").ShortConvMixer()
+    original = module_from_source(source, "runtime_mixer_original").ShortConvMixer()
+    rewritten = module_from_source(change.rewritten, "runtime_mixer_rewritten").ShortConvMixer()
     rewritten.load_state_dict(original.state_dict())
     return original.eval(), rewritten.eval()
 

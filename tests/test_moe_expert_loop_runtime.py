@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import io
-import sys
 import types
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,23 +25,19 @@ from torch.export import Dim
 
 from codemods.moe_expert_loop import MoeExpertLoop
 from exportsmith.pipeline import run_codemods
+from source_modules import module_from_source
 
 FIXTURES = Path(__file__).parent / "fixtures" / "moe_expert_loop"
 HIDDEN, EXPERTS = 16, 4
-
-
-def _module(source: str, name: str) -> types.ModuleType:
-    module = types.ModuleType(name)
-    exec(compile(source, f"{name}.py", "exec"), module.__dict__)
-    sys.modules[name] = module
-    return module
 
 
 def _pair(case: str) -> tuple[types.ModuleType, types.ModuleType]:
     source = (FIXTURES / f"{case}.in.py").read_text()
     change = run_codemods(source, f"{case}.py", "transformers.models.toy.modeling_toy", codemods=(MoeExpertLoop,))
     assert change.applied == ("moe-expert-loop",)
-    return _module(source, f"moe_{case}_original"), _module(change.rewritten, f"moe_{case}_rewritten")
+    return module_from_source(source, f"moe_{case}_original"), module_from_source(
+        change.rewritten, f"moe_{case}_rewritten"
+    )
 
 
 def _config(top_k: int) -> SimpleNamespace:
