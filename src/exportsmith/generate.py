@@ -133,8 +133,8 @@ def _without_cyclic_gc(function: Callable[..., dict]) -> Callable[..., dict]:
     """Runs `function` with the cyclic garbage collector paused. Rendering keeps a module's parsed trees alive while
     it allocates millions of nodes, so the collector promotes them and then rescans them in full collections that
     find nothing: measured, that made parsing in a render cost about 40% more than parsing alone. Syntax trees hold
-    no reference cycles (reference counting frees them); what a render leaves in cycles is collected once the
-    collector runs again."""
+    no reference cycles (reference counting frees them); what a render leaves in cycles (metadata, scope analyses) is
+    collected when it ends."""
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
@@ -144,6 +144,9 @@ def _without_cyclic_gc(function: Callable[..., dict]) -> Callable[..., dict]:
         try:
             return function(*args, **kwargs)
         finally:
+            # Paused, the collector moved nothing out of the youngest generation: it holds just what this render
+            # allocated and is still alive, so collecting it alone frees the render's cycles at once, cheaply
+            gc.collect(0)
             gc.enable()
 
     return wrapper
