@@ -587,12 +587,7 @@ def traced_guard(
     """The guard of `program`'s export that the first of `cases` fails, with the line that made it. The program is
     exported again under a `GuardLog`: the log turns on torch's guard logging, whose stack summaries would slow every
     export the harness makes, so only a rejected program pays for it."""
-    try:
-        with GuardLog(packages) as log:
-            exported = export_subject(subject, model, program)
-    except Exception:
-        return None
-    return rejected_guard(exported, log, cases)
+    return logged_guard(lambda: export_subject(subject, model, program), packages, cases)
 
 
 def pinned_dim_guard(model: torch.nn.Module, program: Program, packages: tuple[str, ...]) -> dict | None:
@@ -603,12 +598,19 @@ def pinned_dim_guard(model: torch.nn.Module, program: Program, packages: tuple[s
         varying_dims(program),
         is_leaf=lambda node: node is None,
     )
+    return logged_guard(
+        lambda: export_program(model, program.cases[0].inputs(), dims), packages, list(program.cases[1:])
+    )
+
+
+def logged_guard(export, packages: tuple[str, ...], cases: list[Case]) -> dict | None:
+    """`rejected_guard` of the program `export()` makes under a `GuardLog` (None when that export fails)."""
     try:
         with GuardLog(packages) as log:
-            relaxed = export_program(model, program.cases[0].inputs(), dims)
+            exported = export()
     except Exception:
         return None
-    return rejected_guard(relaxed, log, list(program.cases[1:]))
+    return rejected_guard(exported, log, cases)
 
 
 def runnable_of(exported):
