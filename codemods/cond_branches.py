@@ -60,19 +60,17 @@ the source: `generate` stays offline and deterministic, and never runs torch.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 import libcst as cst
 import libcst.matchers as m
-from libcst._nodes.internal import CodegenState
 
 from .base import LINE_LENGTH, Codemod
+from ._statement_codes import NodeLineState
 from ._walks import child_nodes, statement_children, walk_statements
 
 IS_EXPORTING = "torch.compiler.is_exporting()"
@@ -898,29 +896,7 @@ def _has_candidates(
     return any(_has_candidates(child, listed, scopes, shapes) for child in statement_children(stmt))
 
 
-# What libcst's PositionProvider counts as a line break
-_NEWLINE = re.compile(r"\r\n?|\n")
-
-
 @dataclass
-class _IfLineState(CodegenState):
-    """A plain code generation that notes the line of each `if` (and `elif`) keyword as it prints it: the line
-    libcst's PositionProvider gives as the `if`'s start, without that provider's bookkeeping at every node."""
-
-    if_lines: dict[int, int] = field(default_factory=dict)  # id(if) -> 1-based line
-    _line: int = 1
-    _counted: int = 0  # tokens already counted into `_line`
-
-    def record_syntactic_position(self, node, *, start_node=None, end_node=None):
-        if isinstance(node, cst.If):
-            for token in self.tokens[self._counted :]:
-                if "\n" in token or "\r" in token:
-                    self._line += len(_NEWLINE.findall(token))
-            self._counted = len(self.tokens)
-            self.if_lines[id(node)] = self._line
-        return contextlib.nullcontext()
-
-
 class _Scopes:
     """Mixin: the dotted name of the enclosing classes and functions (`Model._pad1d`), which keys the sites of
     cond_targets.json, and a `_LazyBound` for each enclosing function with the tests listed for it."""
@@ -1499,11 +1475,13 @@ class CondBranches(Codemod):
         printed = {}
         for index in with_candidates:
             stmt = tree.body[index]
-            state = _IfLineState(default_indent=tree.default_indent, default_newline=tree.default_newline)
+            state = NodeLineState(
+                default_indent=tree.default_indent, default_newline=tree.default_newline, kinds=(cst.If,)
+            )
             stmt._codegen(state)
             code = "".join(state.tokens)
             self.remember_statement_code(tree, stmt, code)
-            printed[index] = (state.if_lines, code)
+            printed[index] = (state.lines, code)
         body, changed = list(tree.body), False
         for index in with_candidates:
             if_lines, code = printed[index]

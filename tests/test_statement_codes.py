@@ -78,17 +78,19 @@ CRLF_SOURCE = "def f(x):\r\n    # c\r\n    if x.any():\r\n        y = 1\r\n    e
 def test_if_lines_are_the_position_providers(source):
     from libcst.metadata import MetadataWrapper, PositionProvider
 
-    from codemods.cond_branches import _IfLineState
+    from codemods._statement_codes import NodeLineState
 
     module = cst.parse_module(source)
     for stmt in module.body:
-        state = _IfLineState(default_indent=module.default_indent, default_newline=module.default_newline)
+        state = NodeLineState(
+            default_indent=module.default_indent, default_newline=module.default_newline, kinds=(cst.If,)
+        )
         stmt._codegen(state)
         assert "".join(state.tokens) == module.code_for_node(stmt)
         alone = module.with_changes(header=[], body=[stmt], footer=[])
         positions = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
         expected = {id(node): span.start.line for node, span in positions.items() if isinstance(node, cst.If)}
-        assert state.if_lines == expected
+        assert state.lines == expected
 
 
 # Sources where statement texts repeat at line starts (in a docstring, as duplicates), with header and footer
