@@ -310,3 +310,22 @@ def test_rendering_pauses_the_cyclic_collector_and_restores_it(monkeypatch):
     render(TF, ["gpt2"])
     assert during and not any(during)  # shared modules and the model's files
     assert gc.isenabled()
+
+
+def test_the_cycles_a_paused_render_leaves_are_freed_when_it_ends():
+    import gc
+    import weakref
+
+    from exportsmith.generate import _without_cyclic_gc
+
+    class Node:
+        pass
+
+    def render_leaving_a_cycle():
+        node = Node()
+        node.itself = node
+        return weakref.ref(node)
+
+    gc.collect()
+    alive = _without_cyclic_gc(render_leaving_a_cycle)()
+    assert alive() is None and gc.isenabled()
