@@ -97,3 +97,65 @@ def test_the_vendored_caches_build_the_vendored_linear_attention_layers():
         hybrid = getattr(vendored, name)
         assert issubclass(hybrid, getattr(transformers.cache_utils, name))
         assert hybrid.update_conv_state is vendored.LinearAttentionLayer.update_conv_state
+
+
+# The right padding of the 2D attention mask up to the key length (`masking_utils.prepare_padding_mask`, vendored in
+# generated/_shared) and of the block ids (`maybe_pad_block_sequence_ids`, another padding value)
+from generated._shared import masking_utils as vendored_masks  # noqa: E402
+
+MASK_LENGTHS = [1, 2, 5, 8, 9]  # shorter than the key length (6), equal, longer
+
+
+def _mask(length: int, dtype=torch.long) -> torch.Tensor:
+    return torch.randint(0, 2, (3, length), generator=torch.Generator().manual_seed(length)).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.long, torch.bool])
+@pytest.mark.parametrize("length", MASK_LENGTHS)
+def test_eager_mask_padding_is_bit_identical_to_transformers(length: int, dtype):
+    for kv_length, kv_offset in [(6, 0), (4, 2), (1, 7)]:
+        expected = transformers.masking_utils.prepare_padding_mask(_mask(length, dtype), kv_length, kv_offset)
+        actual = vendored_masks.prepare_padding_mask(_mask(length, dtype), kv_length, kv_offset)
+        assert actual.dtype == expected.dtype and torch.equal(actual, expected)
+    ids = _mask(length) + 3
+    expected = transformers.masking_utils.maybe_pad_block_sequence_ids(ids, None, 4, 2)
+    assert torch.equal(vendored_masks.maybe_pad_block_sequence_ids(ids.clone(), None, 4, 2), expected)
+
+
+class _PadMask(torch.nn.Module):
+    """The mask padded up to past + new key positions, read at every key position as the mask functions do."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, attention_mask, past, new):
+        kv_length = past.shape[0] + new.shape[0]
+        padded = self.module.prepare_padding_mask(attention_mask, kv_length, 0)
+        ids = self.module.maybe_pad_block_sequence_ids(attention_mask + 3, None, kv_length, 0)
+        positions = torch.arange(kv_length)
+        return padded[:, positions], ids[:, positions]
+
+
+def _export_mask(module, mask: int, past: int, new: int):
+    dyn = torch.export.Dim.DYNAMIC
+    args = (_mask(mask), torch.zeros(past), torch.zeros(new))
+    return torch.export.export(_PadMask(module), args, dynamic_shapes=({1: dyn}, {0: dyn}, {0: dyn}), strict=False)
+
+
+def test_one_mask_program_serves_every_mask_length_and_a_1_token_cache():
+    # traced as generate's decode steps are (the mask as long as past + new, both >= 2): the first step of a
+    # generation from a 1-token prompt (past 1, new 1) is in its range, and so is a static cache's shorter mask
+    program = _export_mask(vendored_masks, 8, 5, 3)
+    for mask, past, new in [(2, 1, 1), (3, 1, 2), (5, 4, 1), (3, 5, 3), (12, 9, 3)]:
+        args = (_mask(mask), torch.zeros(past), torch.zeros(new))
+        expected = _PadMask(transformers.masking_utils)(*args)
+        actual = program.module()(*args)
+        assert all(torch.equal(e, a) for e, a in zip(expected, actual)), (mask, past, new)
+
+
+def test_transformers_own_mask_padding_guards_on_the_traced_lengths():
+    """What the rewrite removes: `mask >= past + new` with past, new >= 2 when traced, so >= 4."""
+    program = _export_mask(transformers.masking_utils, 8, 5, 3)
+    with pytest.raises(Exception, match="Guard failed"):
+        program.module()(_mask(2), torch.zeros(1), torch.zeros(1))
