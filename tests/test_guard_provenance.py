@@ -11,6 +11,7 @@ from exportsmith.verify.guards import GuardLog, construct_at, guard_source
 
 MODELS = Path(__file__).parent / "guard_models" / "shape_tests.py"
 PACKAGES = ("guard_models",)  # the fixture modules' directory: frames there are the "user" frames
+DYNAMIC = ("dynamic",)
 
 
 def fixture_module():
@@ -37,7 +38,8 @@ def program_of(batches: tuple[int, ...]) -> Program:
 def verify(model: torch.nn.Module, batches: tuple[int, ...]) -> VerifyResult:
     program = program_of(batches)
     references = {(program.name, case.name): run(model, case) for case in program.cases}
-    return check_programs(VerifyResult("fixture", "original"), model, [program], references, PACKAGES)
+    # Dim.DYNAMIC: named dims (the primary style) turn a guard on the batch into an export error
+    return check_programs(VerifyResult("fixture", "original"), model, [program], references, PACKAGES, styles=DYNAMIC)
 
 
 def test_a_guard_rejected_program_names_the_branch_that_made_the_guard():
@@ -83,7 +85,9 @@ def test_a_size_refused_by_a_derived_range_names_the_guard_it_came_from():
     program = Program("forward", (Case("3-4", 3, 0, 0, inputs(3, 4)), Case("7-1", 7, 0, 0, inputs(7, 1))))
     model = fixture_module().ShortPair().eval()
     references = {(program.name, case.name): run(model, case) for case in program.cases}
-    result = check_programs(VerifyResult("fixture", "original"), model, [program], references, PACKAGES)
+    result = check_programs(
+        VerifyResult("fixture", "original"), model, [program], references, PACKAGES, styles=DYNAMIC
+    )
     assert result.failure == "guard-rejected" and "x.size()[0] <= 6" in result.message, result.summary
     assert result.guard["case"] == "7-1"
     # the guard itself, which holds at (7, 1) (sympy orders the terms)
@@ -167,3 +171,17 @@ def test_the_construct_of_a_line_is_read_from_its_syntax_tree(tmp_path, line, co
     path = tmp_path / "shapes.py"
     path.write_text(SOURCE)
     assert construct_at(str(path), line, column) == construct
+
+
+def test_a_guard_on_a_named_dim_is_an_export_error_that_names_the_style_and_the_branch():
+    # with Dim("batch", min=1) the range says the batch may be anything from 1: the branch's guard contradicts it
+    program = program_of((10, 3, 12))
+    model = fixture_module().BatchBranch().eval()
+    references = {(program.name, case.name): run(model, case) for case in program.cases}
+    result = check_programs(
+        VerifyResult("fixture", "original"), model, [program], references, PACKAGES, styles=("dynamic", "named")
+    )
+    assert result.failure == "export-error", result.summary
+    assert result.message.startswith("forward (named dims): ") and "Constraints violated" in result.message
+    assert result.guard["line"] == "if x.shape[0] >= 8:" and result.guard["branch"]
+    assert {record.dims for record in result.cases} == {"dynamic"}  # the program that exported ran its cases

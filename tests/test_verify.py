@@ -1,11 +1,9 @@
 """Tests of exportsmith.verify: tiny configs, seeded inputs, dynamic_shapes mirroring, and verify_model's verdicts.
 
-verify_model is exercised on stand-in packages put in sys.modules (the original llama class, or a subclass that
-perturbs its logits), with a test-only pytree registration of DynamicCache/DynamicLayer standing in for the one
-`import generated` makes.
+verify_model is exercised on stand-in packages put in sys.modules: the committed generated copy's llama class, a
+subclass of it that perturbs its logits, or transformers' own class (whose masks guard on the mask length).
 """
 
-import json
 import sys
 import types
 from dataclasses import dataclass
@@ -17,9 +15,12 @@ from torch.utils import _pytree as pytree
 from transformers.cache_utils import DynamicCache, DynamicLayer
 from transformers.models.llama import modeling_llama
 
+import generated  # noqa: F401 (registers the cache pytree nodes)
+from generated.llama import modeling_llama as generated_llama
+
 from exportsmith.verify import verify_model
 from exportsmith.verify.inputs import DECODE_CASES, DECODE_EXAMPLE, PREFILL_CASES, PREFILL_EXAMPLE, case_inputs
-from exportsmith.verify.check import export_program
+from exportsmith.verify.check import DIM_STYLES, export_program
 from exportsmith.verify.shapes import dynamic_shapes_like
 from exportsmith.verify.tiny import tiny_config
 
@@ -107,53 +108,6 @@ def test_dynamic_shapes_like_leaves_unregistered_objects_static():
     assert dynamic_shapes_like(Pair(torch.zeros(1), 1, "x"), lambda tensor: {0: None}) is None
 
 
-# A test-only stand-in for the registration `import generated` makes: attributes holding tensors or lists are
-# children, the others go in a JSON context (so that torch.export.save works).
-def _flatten_with_keys(obj):
-    children = {name: value for name, value in vars(obj).items() if isinstance(value, (torch.Tensor, list))}
-    statics = [[name, str(value)] for name, value in vars(obj).items() if name not in children]
-    return [(pytree.GetAttrKey(name), value) for name, value in children.items()], [list(children), statics]
-
-
-def _unflatten(cls, children, context):
-    names, statics = context
-    obj = cls.__new__(cls)
-    obj.__dict__.update(zip(names, children))
-    parse = {"None": None, "True": True, "False": False}
-    obj.__dict__.update((name, parse[value] if value in parse else torch.device(value)) for name, value in statics)
-    return obj
-
-
-@pytest.fixture
-def cache_registered():
-    registered = []
-    for cls in (DynamicLayer, DynamicCache):
-        if cls not in pytree.SUPPORTED_NODES:
-            pytree.register_pytree_node(
-                cls,
-                lambda obj: ([value for _, value in _flatten_with_keys(obj)[0]], _flatten_with_keys(obj)[1]),
-                lambda children, context, cls=cls: _unflatten(cls, children, context),
-                serialized_type_name=f"test_verify.{cls.__name__}",
-                flatten_with_keys_fn=_flatten_with_keys,
-                to_dumpable_context=json.dumps,
-                from_dumpable_context=json.loads,
-            )
-            registered.append(cls)
-    # Loading a saved program unpickles its example inputs: the cache classes must be safe globals. Only add what is
-    # missing and remove only that, so safe globals that `import generated` registered survive this fixture.
-    needed = [
-        cls for cls in (DynamicLayer, DynamicCache, torch.device) if cls not in torch.serialization.get_safe_globals()
-    ]
-    torch.serialization.add_safe_globals(needed)
-    yield
-    if needed:
-        kept = [cls for cls in torch.serialization.get_safe_globals() if cls not in needed]
-        torch.serialization.clear_safe_globals()
-        torch.serialization.add_safe_globals(kept)
-    for cls in registered:
-        pytree._deregister_pytree_node(cls)
-
-
 def install_package(monkeypatch, name: str, causal_lm_class: type) -> str:
     """Put `<name>.llama.modeling_llama` with `causal_lm_class` as its LlamaForCausalLM in sys.modules."""
     modeling = types.ModuleType(f"{name}.llama.modeling_llama")
@@ -167,7 +121,7 @@ def install_package(monkeypatch, name: str, causal_lm_class: type) -> str:
 def perturbed_llama(when) -> type:
     """A LlamaForCausalLM whose logits move by 1e-3 whenever `when()` is true."""
 
-    class LlamaForCausalLM(modeling_llama.LlamaForCausalLM):
+    class LlamaForCausalLM(generated_llama.LlamaForCausalLM):
         def forward(self, input_ids=None, attention_mask=None, cache=None, use_cache=None):
             out = super().forward(input_ids=input_ids, attention_mask=attention_mask, cache=cache, use_cache=use_cache)
             if when():
@@ -177,15 +131,29 @@ def perturbed_llama(when) -> type:
     return LlamaForCausalLM
 
 
-def test_verify_passes_an_identical_copy(monkeypatch, cache_registered):
-    result = verify_model("llama", install_package(monkeypatch, "same_llama", modeling_llama.LlamaForCausalLM))
+def test_verify_passes_an_identical_copy(monkeypatch):
+    result = verify_model("llama", install_package(monkeypatch, "same_llama", generated_llama.LlamaForCausalLM))
     assert result.ok and result.eager_identical and result.failure is None, result.summary
-    assert len(result.cases) == len(DECODE_CASES) + len(PREFILL_CASES)
+    assert len(result.cases) == (len(DECODE_CASES) + len(PREFILL_CASES)) * len(DIM_STYLES)
+    assert {record.dims for record in result.cases} == set(DIM_STYLES)
     assert result.max_diff == 0.0 and set(result.export_seconds) == {"decode", "prefill"}
     assert result.summary.startswith("llama: ok max|diff|=0 (decode ")
+    assert len(result.greedy) == 6 and all(loop["match"] for loop in result.greedy)
 
 
-def test_verify_reports_an_eager_mismatch(monkeypatch, cache_registered):
+def test_transformers_own_llama_rejects_the_first_decode_step_of_a_1_token_prompt(monkeypatch):
+    # the harness's first-step cases (a 1-token cache) find what users met: the mask-length guard of masking_utils'
+    # padding test, whose traced bounds (past >= 2, new >= 2) made it `attention_mask.size()[1] >= 4`
+    result = verify_model("llama", install_package(monkeypatch, "own_llama", modeling_llama.LlamaForCausalLM))
+    assert result.failure == "guard-rejected", result.summary
+    assert "decode first-step: AssertionError: Guard failed: attention_mask.size()[1] >= 4" in result.message
+    assert result.location.startswith("transformers/masking_utils.py:")
+    assert result.guard["line"].startswith("if (padding_length := kv_length + kv_offset - attention_mask.shape[-1])")
+    rejected = {record.name for record in result.cases if record.error}
+    assert rejected == {"first-step", "first-step-batch4", "two-tokens-past1", "second-step"}
+
+
+def test_verify_reports_an_eager_mismatch(monkeypatch):
     package = install_package(monkeypatch, "perturbed_llama", perturbed_llama(lambda: True))
     result = verify_model("llama", package)
     assert not result.ok and not result.eager_identical
@@ -193,7 +161,7 @@ def test_verify_reports_an_eager_mismatch(monkeypatch, cache_registered):
     assert "max|diff|=0.001" in result.summary
 
 
-def test_verify_reports_an_exported_mismatch(monkeypatch, cache_registered):
+def test_verify_reports_an_exported_mismatch(monkeypatch):
     package = install_package(monkeypatch, "export_perturbed_llama", perturbed_llama(torch.compiler.is_exporting))
     result = verify_model("llama", package)
     assert result.eager_identical and result.failure == "mismatch", result.summary
@@ -377,7 +345,7 @@ def test_copy_unregistered_modules_loads_the_weights_that_state_dict_leaves_out(
     assert torch.equal(original(x), copy(x))
 
 
-def test_a_copy_of_oneformer_gets_the_input_projections_that_its_state_dict_leaves_out(monkeypatch, cache_registered):
+def test_a_copy_of_oneformer_gets_the_input_projections_that_its_state_dict_leaves_out(monkeypatch):
     # OneFormerTransformerModule keeps its input projections (Conv2d when conv_dim != hidden_dim, as in the tiny
     # config) in a plain list: with transformers' own class as the copy, eager differed (max|diff| 2.97) before
     from dataclasses import replace
@@ -399,3 +367,71 @@ def test_a_copy_of_oneformer_gets_the_input_projections_that_its_state_dict_leav
     forward = replace(forward, cases=forward.cases[:1])
     case = forward.cases[0]
     check_eager_identity(original, copy, [forward], {(forward.name, case.name): run(original, case)})
+
+
+def test_named_dims_share_one_batch_and_one_tokens_dim_and_leave_the_rest_dynamic():
+    from exportsmith.verify.check import BATCH, TOKENS, build_pair, programs_for, varying_dims
+
+    original, generated = build_pair("llama", "generated")
+    decode, prefill = programs_for(original, cache_model=generated)
+    named = varying_dims(decode, "named")
+    assert named["input_ids"] == {0: BATCH, 1: TOKENS}
+    assert named["attention_mask"] == {0: BATCH, 1: torch.export.Dim.DYNAMIC}  # past + new: its own dim
+    cache_dims = [leaf for leaf in pytree.tree_leaves(named["cache"], is_leaf=lambda x: isinstance(x, dict))]
+    assert all(dims == {0: BATCH, 2: torch.export.Dim.DYNAMIC} for dims in cache_dims if isinstance(dims, dict))
+    assert varying_dims(prefill, "named")["input_ids"] == {0: BATCH, 1: TOKENS}
+    assert varying_dims(decode, "auto")["input_ids"] == {0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO}
+    assert varying_dims(decode)["input_ids"] == {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}
+    assert (BATCH.min, TOKENS.min) == (1, 1)
+    with pytest.raises(ValueError, match="unknown dims style"):
+        varying_dims(decode, "static")
+
+
+def _windowed_mistral():
+    """The generated mistral copy with a 4-token window, and decode inputs of a given shape (seeded)."""
+    from transformers import MistralConfig
+
+    import generated.mistral
+
+    config = MistralConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        sliding_window=4,
+    )
+    torch.manual_seed(0)
+    model = generated.mistral.MistralForCausalLM(config).eval()
+
+    def inputs(batch, new, past):
+        generator = torch.Generator().manual_seed(batch * 100 + new * 10 + past)
+        with torch.no_grad():
+            cache = model(torch.randint(0, 128, (batch, past), generator=generator), use_cache=True).cache
+        ids = torch.randint(0, 128, (batch, new), generator=generator)
+        return dict(input_ids=ids, attention_mask=torch.ones(batch, new + past, dtype=torch.long), cache=cache)
+
+    return model, inputs
+
+
+def test_a_program_traced_on_a_cache_that_crossed_its_window_accepts_a_fresh_cache():
+    # eager crops a sliding cache that crossed its window with a slice: the example's keys are views, and a program
+    # traced with a view guards on its strides, rejecting the contiguous caches programs return and 1-token caches
+    model, inputs = _windowed_mistral()
+    example = inputs(2, 3, 5)
+    assert not example["cache"].layers[0].keys.is_contiguous()
+    dyn = torch.export.Dim.DYNAMIC
+    shapes = dict(
+        input_ids={0: dyn, 1: dyn},
+        attention_mask={0: dyn, 1: dyn},
+        cache=dynamic_shapes_like(example["cache"], lambda t: {0: dyn, 2: dyn} if t.dim() == 4 else None),
+    )
+    plain = torch.export.export(model, (), example, dynamic_shapes=shapes, strict=False)
+    with pytest.raises(Exception, match="stride"):
+        plain.module()(**inputs(1, 1, 1))
+    program = export_program(model, inputs(2, 3, 5), shapes)
+    with torch.no_grad():
+        for batch, new, past in [(1, 1, 1), (4, 1, 1), (1, 2, 1), (1, 1, 7), (1, 6, 11)]:
+            expected = model(**inputs(batch, new, past)).logits
+            assert torch.allclose(program.module()(**inputs(batch, new, past)).logits, expected, atol=1e-5, rtol=0)

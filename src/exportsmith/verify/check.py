@@ -11,18 +11,22 @@ tiny config, seeded, and checks one *subject* (a column of the coverage table):
   with `DynamoConfig(dynamic=True)`, the configuration its documentation shows.
 
 Programs: a causal LM whose forward takes a cache (`cache`, or `past_key_values` in transformers 4.x) gets two, decode
-(a cache built by the original on a seeded prefix) and prefill (no cache), at the cases of `inputs.py`; an
-encoder-decoder LM gets decode (encoder outputs and an `EncoderDecoderCache` built by the original) and forward;
+(a cache built by the subject, the original or its copy, on a seeded prefix) and prefill (no cache), at the cases of
+`inputs.py`; an encoder-decoder LM gets decode (encoder outputs and an `EncoderDecoderCache` built the same way) and
+forward;
 every other model gets one, "forward", at the `FORWARD_SHAPES` of dummy inputs (`tasks.dummy_inputs`). The first
-case of a program is its export example (sizes >= 2); a dim whose size differs between the program's cases is exported
-dynamic (`Dim.DYNAMIC`: code that specialises it is an export error), every other dim static.
+case of a program is its export example (sizes >= 2, its tensors made contiguous); a dim whose size differs between
+the program's cases is exported dynamic, every other dim static. Each program is exported in each of the dynamic-shape
+styles users write (`DIM_STYLES`: named `Dim`s with min 1 for the batch and the new tokens, `Dim.DYNAMIC`,
+`Dim.AUTO`), and each export is run at every case: a failure names the style when it is not the primary one.
 
 Stages, and the failure kind each reports (the first failing stage ends the check; nothing raises):
 refused (the tiny model would exceed the memory budget); build; eager (the original cannot run its own inputs); eager-mismatch (the generated copy is not bit-identical);
 export-error (exception type, first line, and the innermost frame of transformers or the generated package);
 mismatch (the program disagrees with eager at its own example); silent-specialisation (it agrees at the example and
 disagrees at another shape: exported, and wrong); guard-rejected (it refuses another shape); save-load (the first
-program saved and loaded disagrees or fails).
+program saved and loaded disagrees or fails); greedy-mismatch (an LM's greedy loops driven by its programs, see
+`greedy.py`, give other tokens than transformers' generate, or fail).
 
 A guard-rejected program, and an export refused because the code pins a dim declared dynamic ("Constraints
 violated"), carry the guard at fault and the line that made it (`guards.guard_source`: location, line text, and
@@ -44,16 +48,18 @@ from functools import partial
 import torch
 import transformers
 from torch.utils import _pytree as pytree
-from transformers import DynamicCache
+from transformers import DynamicCache, PretrainedConfig
 from transformers.utils import ModelOutput
 
 from exportsmith.verify.errors import first_line, user_location
+from exportsmith.verify.greedy import greedy_loops
 from exportsmith.verify.guards import GuardLog, guard_source
 from exportsmith.verify.inputs import DECODE_CASES, PREFILL_CASES, cache_keyword, case_inputs, output_cache
+from exportsmith.verify.real import window_cases
 from exportsmith.verify.shapes import dynamic_shapes_like, with_named_inputs
 from exportsmith.verify.tasks import AUDIO_LAYOUTS, EXAMPLE, InputShape, config_for, dummy_inputs, model_class
 from exportsmith.verify.tasks import forward_parameters, takes_audio, vocab
-from exportsmith.verify.tiny import TooLarge, build_tiny_model, tiny_config
+from exportsmith.verify.tiny import MAX_PARAMS, TooLarge, build_tiny_model, tiny_config
 
 # Exported programs run the same float32 kernels as eager, but decompositions and shape-dependent kernel choices may
 # reorder reductions: allow rounding-level differences, far below what a wrong branch or mask produces.
@@ -70,6 +76,7 @@ FAILURE_KINDS = (
     "silent-specialisation",
     "guard-rejected",
     "save-load",
+    "greedy-mismatch",
 )
 
 # The evaluation sets of a "forward" program: the example, then batch 1 and batch 3 with other text lengths (media
@@ -109,6 +116,7 @@ class CaseRecord:
     past: int
     max_diff: float | None = None
     error: str | None = None
+    dims: str | None = None  # the dynamic-shape style the program was exported with (DIM_STYLES); None: an exporter's
 
 
 @dataclass
@@ -126,6 +134,7 @@ class VerifyResult:
     message: str = ""
     location: str | None = None
     guard: dict | None = None  # a guard failure's provenance (guards.GuardSource.record())
+    greedy: list[dict] = field(default_factory=list)  # an LM's greedy loops (greedy.GreedyRecord), once they ran
 
     @property
     def max_diff(self) -> float | None:
@@ -155,6 +164,7 @@ class VerifyResult:
             "guard": self.guard,
             "eager_identical": self.eager_identical,
             "cases": [asdict(case) for case in self.cases],
+            "greedy": self.greedy,
         }
 
     def fail(self, kind: str, message: str, location: str | None = None) -> "VerifyResult":
@@ -164,14 +174,23 @@ class VerifyResult:
         return self
 
 
-def verify_model(model_type: str, package: str = "generated", subject: str = "generated") -> VerifyResult:
-    """Verify `subject` (see SUBJECTS) of `model_type`; never raises."""
+def verify_model(
+    model_type: str,
+    package: str = "generated",
+    subject: str = "generated",
+    config: PretrainedConfig | None = None,
+    styles: tuple[str, ...] | None = None,
+) -> VerifyResult:
+    """Verify `subject` (see SUBJECTS) of `model_type`, built from `config` (default: its tiny config; a real one,
+    `real.py`, adds the cases that cross its sliding window), its programs exported in `styles` (default: every one of
+    `styles_of(subject)`); never raises."""
     if subject not in SUBJECTS:
         raise ValueError(f"unknown subject {subject!r}; one of {', '.join(SUBJECTS)}")
     result = VerifyResult(model_type, subject)
     where = ("transformers", package)  # the packages whose frames locate a failure
+    extra = window_cases(config) if config is not None else ((), ())
     try:
-        original, generated = build_pair(model_type, package if subject == "generated" else None)
+        original, generated = build_pair(model_type, package if subject == "generated" else None, config)
         result.model_class = type(original).__name__
     except TooLarge as error:
         return result.fail("refused", str(error))
@@ -179,9 +198,11 @@ def verify_model(model_type: str, package: str = "generated", subject: str = "ge
         return result.fail("build", first_line(error), user_location(error, where))
     subject_model = generated if generated is not None else original
     try:
-        references = {(p.name, c.name): run(original, c.inputs()) for p in programs_for(original) for c in p.cases}
+        references = {
+            (p.name, c.name): run(original, c.inputs()) for p in programs_for(original, extra=extra) for c in p.cases
+        }
         # the same cases, with the subject's own cache (a generated copy's layers are its own classes)
-        programs = programs_for(original, cache_model=subject_model)
+        programs = programs_for(original, cache_model=subject_model, extra=extra)
     except Exception as error:
         return result.fail("eager", first_line(error), user_location(error, where))
     if generated is not None:
@@ -190,39 +211,51 @@ def verify_model(model_type: str, package: str = "generated", subject: str = "ge
         except Exception as error:
             return result.fail("eager-mismatch", str(error))
     result.eager_identical = generated is not None
-    return check_programs(result, subject_model, programs, references, where)
+    return check_programs(result, subject_model, programs, references, where, original, styles)
 
 
 def check_programs(
-    result: VerifyResult, model: torch.nn.Module, programs: list[Program], references: dict, where: tuple[str, ...]
+    result: VerifyResult,
+    model: torch.nn.Module,
+    programs: list[Program],
+    references: dict,
+    where: tuple[str, ...],
+    original: torch.nn.Module | None = None,
+    styles: tuple[str, ...] | None = None,
 ) -> VerifyResult:
-    """Export each program of `model` the way `result.subject` does, run it at its cases against `references`
-    ((program, case) -> eager output), save and load the first; the verdict goes in `result`, frames of the packages
-    `where` names locate failures."""
+    """Export each program of `model` the way `result.subject` does, in each dynamic-shape style of `styles_of`, run
+    it at its cases against `references` ((program, case) -> eager output), save and load the first program of the
+    first style, and for an LM run greedy loops with the first style's programs against `original`'s generate (`model`
+    by default); the verdict goes in `result`, frames of the packages `where` names locate failures."""
     subject, subject_model = result.subject, model
+    styles = styles_of(subject) if styles is None or subject == "dynamo-exporter" else styles
     exported, export_errors = {}, []
-    for program in programs:
-        try:
-            started = time.perf_counter()
-            exported[program.name] = export_subject(subject, subject_model, program)
-            result.export_seconds[program.name] = time.perf_counter() - started
-            runnable = runnable_of(exported[program.name])
-        except Exception as error:
-            export_errors.append((program.name, error))
-            continue
-        for case in program.cases:
-            record = CaseRecord(program.name, case.name, case.batch, case.new_tokens, case.past)
+    for style in styles:
+        for program in programs:
             try:
-                record.max_diff = max_abs_diff(references[program.name, case.name], run(runnable, case))
+                started = time.perf_counter()
+                exported[program.name, style] = export_subject(subject, subject_model, program, style)
+                if style == styles[0]:
+                    result.export_seconds[program.name] = time.perf_counter() - started
+                runnable = runnable_of(exported[program.name, style])
             except Exception as error:
-                record.error = first_line(error)
-            result.cases.append(record)
+                export_errors.append((program.name, style, error))
+                continue
+            for case in program.cases:
+                record = CaseRecord(program.name, case.name, case.batch, case.new_tokens, case.past, dims=style)
+                try:
+                    record.max_diff = max_abs_diff(references[program.name, case.name], run(runnable, case))
+                except Exception as error:
+                    record.error = first_line(error)
+                result.cases.append(record)
     if export_errors:
-        message = "; ".join(f"{name}: {first_line(error)}" for name, error in export_errors)
-        name, error = export_errors[0]
+        message = "; ".join(
+            f"{_label(name, style, styles)}: {first_line(error)}" for name, style, error in export_errors
+        )
+        name, style, error = export_errors[0]
         if is_constraint_violation(error) and subject != "dynamo-exporter":
             program = next(p for p in programs if p.name == name)
-            result.guard = pinned_dim_guard(subject_model, program, where)
+            result.guard = pinned_dim_guard(subject_model, program, where, style)
         location = user_location(error, where) or (result.guard or {}).get("location")
         return result.fail("export-error", message, location)
     # A wrong result is worse than a refused input: report mismatches first.
@@ -230,24 +263,43 @@ def check_programs(
     if wrong:
         examples = {program.cases[0].name for program in programs}
         kind = "mismatch" if any(r.name in examples for r in wrong) else "silent-specialisation"
-        return result.fail(kind, "; ".join(f"{r.program} {r.name}: max|diff|={r.max_diff:.3g}" for r in wrong))
+        message = "; ".join(f"{_label(r.program, r.dims, styles)} {r.name}: max|diff|={r.max_diff:.3g}" for r in wrong)
+        return result.fail(kind, message)
     rejected = [r for r in result.cases if r.error is not None]
     if rejected:
-        if not hasattr(exported[rejected[0].program], "save_pretrained"):  # an ExportedProgram
-            program = next(p for p in programs if p.name == rejected[0].program)
-            cases = [c for c in program.cases if any((r.program, r.name) == (program.name, c.name) for r in rejected)]
-            result.guard = traced_guard(subject, subject_model, program, cases, where)
-        message = "; ".join(f"{r.program} {r.name}: {r.error}" for r in rejected)
+        first = rejected[0]
+        if not hasattr(exported[first.program, first.dims], "save_pretrained"):  # an ExportedProgram
+            program = next(p for p in programs if p.name == first.program)
+            names = {r.name for r in rejected if (r.program, r.dims) == (first.program, first.dims)}
+            cases = [c for c in program.cases if c.name in names]
+            result.guard = traced_guard(subject, subject_model, program, cases, where, first.dims)
+        message = "; ".join(f"{_label(r.program, r.dims, styles)} {r.name}: {r.error}" for r in rejected)
         return result.fail("guard-rejected", message, (result.guard or {}).get("location"))
     try:
         program = programs[0]
         case = program.cases[1 if len(program.cases) > 1 else 0]
-        loaded = runnable_of(save_and_load(exported[program.name]))
+        loaded = runnable_of(save_and_load(exported[program.name, styles[0]]))
         diff = max_abs_diff(references[program.name, case.name], run(loaded, case))
     except Exception as error:
         return result.fail("save-load", first_line(error))
     if not diff <= MAX_ABS_DIFF:
         return result.fail("save-load", f"loaded {program.name} program at {case.name}: max|diff|={diff:.3g}")
+    names = {program.name for program in programs}
+    if names in ({"decode", "prefill"}, {"decode", "forward"}):  # a decoder LM, an encoder-decoder LM
+        first = "prefill" if "prefill" in names else "forward"
+        runnables = {name: runnable_of(exported[name, styles[0]]) for name in names}
+        loops = greedy_loops(
+            model if original is None else original,
+            runnables[first],
+            runnables["decode"],
+            encoder_decoder=first == "forward",
+            vocab_size=vocab(model.config),
+            tolerance=MAX_ABS_DIFF,
+        )
+        result.greedy = [asdict(loop) for loop in loops]
+        failed = [loop for loop in loops if not loop.ok]
+        if failed:
+            return result.fail("greedy-mismatch", "; ".join(loop.describe() for loop in failed))
     result.ok = True
     return result
 
@@ -255,11 +307,16 @@ def check_programs(
 MODELS_PACKAGE = "transformers.models."
 
 
-def build_pair(model_type: str, package: str | None) -> tuple[torch.nn.Module, torch.nn.Module | None]:
-    """The original model of a tiny config and, with `package`, its generated copy with the same weights (eval)."""
+def build_pair(
+    model_type: str, package: str | None, config: PretrainedConfig | None = None
+) -> tuple[torch.nn.Module, torch.nn.Module | None]:
+    """The original model of `config` (default: the type's tiny config) and, with `package`, its generated copy with
+    the same weights (eval). A given config is a real one (`real.py`): no parameter budget, and the copy shares the
+    original's tensors instead of holding a second set (Mixtral's layer is 6.7 GB)."""
     _, original_class = model_class(model_type)
-    config = config_for(original_class, tiny_config(model_type))
-    original = build_tiny_model(original_class, config)
+    shared = config is not None
+    config = config_for(original_class, config if shared else tiny_config(model_type))
+    original = build_tiny_model(original_class, config, max_params=None if shared else MAX_PARAMS)
     if package is None:
         return original, None
     # The copy of the module that defines the class: a part of a model (AltRobertaModel) is not in its package's
@@ -274,12 +331,30 @@ def build_pair(model_type: str, package: str | None) -> tuple[torch.nn.Module, t
         raise LookupError(f"{module} has no {original_class.__name__}")
     if DynamicCache not in pytree.SUPPORTED_NODES:
         raise RuntimeError(f"importing {package} did not register DynamicCache as a pytree node")
-    generated = generated_class(config).eval()
-    keys = generated.load_state_dict(original.state_dict(), strict=False)
+    if shared:
+        with torch.device("meta"):
+            generated = generated_class(config).eval()
+        keys = generated.load_state_dict(original.state_dict(), strict=False, assign=True)
+        share_buffers(original, generated)
+    else:
+        generated = generated_class(config).eval()
+        keys = generated.load_state_dict(original.state_dict(), strict=False)
     if keys.missing_keys or keys.unexpected_keys:
         raise RuntimeError(f"state dict: missing {keys.missing_keys}, unexpected {keys.unexpected_keys}")
     copy_unregistered_modules(original, generated)
     return original, generated
+
+
+def share_buffers(original: torch.nn.Module, copy: torch.nn.Module) -> None:
+    """Give `copy`, built on `meta`, the original's buffers that the state dict does not hold (non-persistent ones,
+    such as rotary frequencies), by module path and name."""
+    for name, buffer in copy.named_buffers():
+        if buffer.is_meta:
+            path, _, attribute = name.rpartition(".")
+            copy.get_submodule(path)._buffers[attribute] = original.get_buffer(name)
+    left = [name for name, tensor in [*copy.named_parameters(), *copy.named_buffers()] if tensor.is_meta]
+    if left:
+        raise RuntimeError(f"the copy has tensors the original does not: {', '.join(left[:5])}")
 
 
 # What nn.Module.__init__ puts in an instance's __dict__ (its registries and hooks): the other attributes are the
@@ -343,10 +418,12 @@ def _held_modules(path: str, value, twin):
             yield from _held_modules(f"{path}[{key!r}]", item, twin[key])
 
 
-def programs_for(original: torch.nn.Module, cache_model: torch.nn.Module | None = None) -> list[Program]:
-    """Decode and prefill for a causal LM that takes a cache (built by `cache_model`, the original by default);
-    decode (encoder outputs and an EncoderDecoderCache) and forward for an encoder-decoder LM; else one "forward"
-    program over FORWARD_SHAPES."""
+def programs_for(
+    original: torch.nn.Module, cache_model: torch.nn.Module | None = None, extra: tuple[tuple, tuple] = ((), ())
+) -> list[Program]:
+    """Decode and prefill for a causal LM that takes a cache (built by `cache_model`, the original by default), at
+    DECODE_CASES and PREFILL_CASES and the `extra` (decode, prefill) cases; decode (encoder outputs and an
+    EncoderDecoderCache) and forward for an encoder-decoder LM; else one "forward" program over FORWARD_SHAPES."""
     parameters = forward_parameters(original)
     is_lm = (
         cache_keyword(original) is not None and getattr(original, "get_output_embeddings", lambda: None)() is not None
@@ -363,11 +440,13 @@ def programs_for(original: torch.nn.Module, cache_model: torch.nn.Module | None 
         vocab_size = vocab(original.config)  # a multimodal LM's is its text config's
         return [
             Program(name, tuple(lm_case(cache_model or original, vocab_size, case) for case in cases))
-            for name, cases in (("decode", DECODE_CASES), ("prefill", PREFILL_CASES))
+            for name, cases in (("decode", DECODE_CASES + extra[0]), ("prefill", PREFILL_CASES + extra[1]))
         ]
     if is_lm and "encoder_outputs" in parameters:
         return [
-            Program("decode", tuple(seq2seq_case(original, layout, case) for case in SEQ2SEQ_DECODE_CASES)),
+            Program(
+                "decode", tuple(seq2seq_case(cache_model or original, layout, case) for case in SEQ2SEQ_DECODE_CASES)
+            ),
             forward,
         ]
     return [forward]
@@ -383,6 +462,7 @@ SEQ2SEQ_DECODE_CASES = (
     (DECODE_CASES[1], 5),
     (DECODE_CASES[2], 11),
     (DECODE_CASES[3], 6),
+    *zip(DECODE_CASES[5:], (3, 9, 2, 5)),  # the first steps of a generation
 )
 
 
@@ -523,11 +603,48 @@ def tensor_diff(expected: torch.Tensor, actual: torch.Tensor) -> float:
     return (expected - actual).abs().masked_fill(same, 0.0).max().item()
 
 
-def varying_dims(program: Program) -> dict:
-    """`dynamic_shapes` for the example: Dim.DYNAMIC for each dim (of size >= 2) whose size differs between cases,
-    Dim.AUTO for int leaves (cache counters); None for inputs whose structure differs between cases."""
+# The dynamic-shape styles users write, each a way to declare the dims that vary between a program's cases:
+# - "named": `Dim("batch", min=1)` for the batch and `Dim("tokens", min=1)` for the new tokens (the text length of a
+#   forward) shared by every input that has them, `Dim.DYNAMIC` for the others (a cache's length, the attention
+#   mask's). A guard on a named dim that its range does not imply is an export error;
+# - "dynamic": `Dim.DYNAMIC` everywhere (code that specialises a dim is an export error);
+# - "auto": `Dim.AUTO` everywhere (torch specialises where the code does, and the program rejects other sizes).
+# The first is the primary one: its programs are saved and loaded and drive the greedy loops.
+DIM_STYLES = ("named", "dynamic", "auto")
+BATCH = torch.export.Dim("batch", min=1)
+TOKENS = torch.export.Dim("tokens", min=1)
+
+
+def styles_of(subject: str) -> tuple[str | None, ...]:
+    """The dynamic-shape styles a subject is exported in: DIM_STYLES for torch.export, none of ours (None) for
+    DynamoExporter, which declares its own dims."""
+    return (None,) if subject == "dynamo-exporter" else DIM_STYLES
+
+
+def _label(program: str, style: str | None, styles: tuple[str | None, ...]) -> str:
+    """A program's name in messages, with its dims style when it is not the primary one."""
+    return program if style == styles[0] else f"{program} ({style} dims)"
+
+
+def varying_dims(program: Program, style: str = "dynamic") -> dict:
+    """`dynamic_shapes` for the example in `style` (DIM_STYLES) for each dim (of size >= 2) whose size differs between
+    cases, Dim.AUTO for int leaves (cache counters); None for inputs whose structure differs between cases."""
+    if style not in DIM_STYLES:
+        raise ValueError(f"unknown dims style {style!r}; one of {', '.join(DIM_STYLES)}")
     all_inputs = [case.inputs() for case in program.cases]
     example = all_inputs[0]
+    batches = [case.batch for case in program.cases]
+    tokens = [case.new_tokens for case in program.cases]
+
+    def dim(sizes: list[int]):
+        if style == "auto":
+            return torch.export.Dim.AUTO
+        if style == "named" and sizes == batches:
+            return BATCH
+        if style == "named" and sizes == tokens:
+            return TOKENS
+        return torch.export.Dim.DYNAMIC
+
     shapes = {}
     for name, value in example.items():
         leaves = pytree.tree_leaves(value)
@@ -538,7 +655,7 @@ def varying_dims(program: Program) -> dict:
         dims = iter(
             [
                 {
-                    d: torch.export.Dim.DYNAMIC
+                    d: dim([leaf.shape[d], *(other[i].shape[d] for other in others)])
                     for d in range(leaf.dim())
                     if leaf.shape[d] >= 2 and any(other[i].shape[d] != leaf.shape[d] for other in others)
                 }
@@ -551,17 +668,24 @@ def varying_dims(program: Program) -> dict:
     return shapes
 
 
-def export_subject(subject: str, model: torch.nn.Module, program: Program):
-    """`program` of `model` exported the way `subject` does it: an ExportedProgram, or DynamoExporter's ExportedModel."""
+def export_subject(subject: str, model: torch.nn.Module, program: Program, style: str | None = "dynamic"):
+    """`program` of `model` exported the way `subject` does it, its dims declared in `style`: an ExportedProgram, or
+    DynamoExporter's ExportedModel."""
     if subject == "dynamo-exporter":
         from transformers.exporters.exporter_dynamo import DynamoConfig, DynamoExporter
 
         return DynamoExporter().export(model, program.cases[0].inputs(), DynamoConfig(dynamic=True))
-    return export_program(model, program.cases[0].inputs(), varying_dims(program))
+    return export_program(model, program.cases[0].inputs(), varying_dims(program, style))
 
 
 def export_program(model: torch.nn.Module, example: dict, dynamic_shapes: dict) -> torch.export.ExportedProgram:
+    """`torch.export.export(strict=False)` of `model` at `example`, whose tensors are made contiguous first: a
+    sliding-window cache that crossed its window holds views (eager crops with a slice), and a program traced with a
+    view guards on its strides, so it would reject the contiguous caches programs return
+    (`Guard failed: cache.layers[0].keys.stride()[1] != 16 * cache.layers[0].keys.size()[2]`). A program traced
+    with contiguous tensors accepts views too."""
     model = with_named_inputs(model, example)
+    example = pytree.tree_map_only(torch.Tensor, lambda tensor: tensor.contiguous(), example)
     return torch.export.export(model, (), example, dynamic_shapes=dynamic_shapes, strict=False)
 
 
@@ -582,20 +706,30 @@ def rejected_guard(exported: torch.export.ExportedProgram, log: GuardLog, cases:
 
 
 def traced_guard(
-    subject: str, model: torch.nn.Module, program: Program, cases: list[Case], packages: tuple[str, ...]
+    subject: str,
+    model: torch.nn.Module,
+    program: Program,
+    cases: list[Case],
+    packages: tuple[str, ...],
+    style: str | None = "dynamic",
 ) -> dict | None:
     """The guard of `program`'s export that the first of `cases` fails, with the line that made it. The program is
     exported again under a `GuardLog`: the log turns on torch's guard logging, whose stack summaries would slow every
     export the harness makes, so only a rejected program pays for it."""
-    return logged_guard(lambda: export_subject(subject, model, program), packages, cases)
+    return logged_guard(lambda: export_subject(subject, model, program, style), packages, cases)
 
 
-def pinned_dim_guard(model: torch.nn.Module, program: Program, packages: tuple[str, ...]) -> dict | None:
-    """The guard that pins a dim `program` declares dynamic: export it again with every dynamic dim left to torch
-    (Dim.AUTO specialises where the code does, instead of failing), and find the guard one of the other cases fails."""
+def pinned_dim_guard(
+    model: torch.nn.Module, program: Program, packages: tuple[str, ...], style: str = "dynamic"
+) -> dict | None:
+    """The guard that pins a dim `program` declares dynamic in `style`: export it again with every dynamic dim left to
+    torch (Dim.AUTO specialises where the code does, instead of failing), and find the guard one of the other cases
+    fails."""
     dims = pytree.tree_map(
-        lambda dim: torch.export.Dim.AUTO if dim is torch.export.Dim.DYNAMIC else dim,
-        varying_dims(program),
+        lambda dim: (
+            torch.export.Dim.AUTO if isinstance(dim, torch.export.Dim) or dim is torch.export.Dim.DYNAMIC else dim
+        ),
+        varying_dims(program, style),
         is_leaf=lambda node: node is None,
     )
     return logged_guard(

@@ -12,7 +12,8 @@ The cache keyword and output field follow the installed transformers: `cache` in
 has, so the same harness runs on both lines without a version switch.
 
 Export examples use sizes >= 2 everywhere, because export specialises sizes 0 and 1; the evaluation cases then
-cover batch 1, 1-token steps, short and long pasts, and total lengths on both sides of the tiny configs' sliding
+cover batch 1, 1-token steps, short and long pasts, the first steps of a generation from a 1-token prompt (a 1-token
+cache, past + new below the examples' sum), and total lengths on both sides of the tiny configs' sliding
 window (`tiny.SLIDING_WINDOW`: the examples fit in it, the long cases do not). Refuses nothing; it only builds tensors.
 """
 
@@ -38,6 +39,11 @@ DECODE_CASES = (
     Case("short-past", batch=3, new_tokens=4, past=2),
     Case("long-past", batch=1, new_tokens=6, past=11),
     Case("decode-step-batch4", batch=4, new_tokens=1, past=9),
+    # the first decode steps of a generation from a 1- or 2-token prompt: past + new below the examples' 2 + 2
+    Case("first-step", batch=1, new_tokens=1, past=1),
+    Case("first-step-batch4", batch=4, new_tokens=1, past=1),
+    Case("two-tokens-past1", batch=1, new_tokens=2, past=1),
+    Case("second-step", batch=1, new_tokens=1, past=2),
 )
 
 PREFILL_EXAMPLE = Case("prefill-example", batch=2, new_tokens=5, past=0)

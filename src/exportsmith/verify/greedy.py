@@ -1,0 +1,187 @@
+"""Greedy generation driven only by exported programs, against transformers' `generate(do_sample=False)`.
+
+What a user of a decoder LM's programs does: run the prefill program on the prompt, take the argmax of the last
+position's logits, then feed that token, a grown attention mask and the cache the last program returned to the
+decode program, again and again. `greedy_loops` does exactly that for prompts of `PROMPT_LENGTHS` tokens at
+`BATCHES` (seeded, no padding), `NEW_TOKENS` steps each, and compares the token ids with the original model's
+`GenerationMixin.generate(do_sample=False)` on the same prompt (no EOS, so every row runs all the steps; the plain
+generation loop, not a model's own `generate` override, which may add forced tokens). An encoder-decoder's loop starts
+from its decoder start token with the forward program (encoder inputs and that one token), then runs the decode
+program with the encoder's output, the encoder's attention mask and the cache.
+
+A program's logits may differ from eager's by rounding (`check.MAX_ABS_DIFF`); where eager's two best tokens at a
+step are that close, the programs may pick the other one and the rest of the generation then differs for a reason
+that is not a bug. Such a step is reported as a tie (`GreedyRecord.tie`) and passes; any other difference fails.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from transformers import GenerationConfig
+from transformers.generation.utils import GenerationMixin
+
+from exportsmith.verify.errors import first_line
+from exportsmith.verify.inputs import cache_keyword, output_cache
+from exportsmith.verify.tasks import random_tokens
+
+PROMPT_LENGTHS = (1, 2, 12)
+BATCHES = (1, 2)
+NEW_TOKENS = 16
+
+
+@dataclass
+class GreedyRecord:
+    """One loop: whether the programs' tokens equal generate()'s, the first step where they differ, or an error."""
+
+    batch: int
+    prompt: int
+    match: bool = False
+    first_difference: int | None = None
+    tie: bool = False  # the first difference is at a step where eager's two best logits are within rounding
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and (self.match or self.tie)
+
+    @property
+    def name(self) -> str:
+        return f"batch{self.batch}-prompt{self.prompt}"
+
+    def describe(self) -> str:
+        if self.error is not None:
+            return f"{self.name}: {self.error}"
+        if self.match:
+            return f"{self.name}: same {NEW_TOKENS} tokens"
+        kind = "tie" if self.tie else "differs"
+        return f"{self.name}: {kind} from step {self.first_difference}"
+
+
+Runnable = Callable[..., object]
+
+
+def greedy_loops(
+    original: torch.nn.Module,
+    prefill: Runnable,
+    decode: Runnable,
+    encoder_decoder: bool,
+    vocab_size: int,
+    tolerance: float,
+) -> list[GreedyRecord]:
+    """A greedy loop for each prompt length and batch: `prefill` (a decoder LM's prefill program, or an
+    encoder-decoder's forward program) then `decode`, against `original`'s generate."""
+    records = []
+    for batch in BATCHES:
+        for length in PROMPT_LENGTHS:
+            record = GreedyRecord(batch, length)
+            generator = torch.Generator().manual_seed(7_000 + batch * 100 + length)
+            prompt = random_tokens(vocab_size, (batch, length), generator)
+            try:
+                expected, expected_logits = reference(original, prompt)
+                loop = encoder_decoder_loop if encoder_decoder else decoder_loop
+                actual = loop(original, prefill, decode, prompt)
+            except Exception as error:
+                record.error = first_line(error)
+                records.append(record)
+                continue
+            differs = (expected != actual).any(dim=0).nonzero()
+            if not len(differs):
+                record.match = True
+            else:
+                step = int(differs[0])
+                record.first_difference = step
+                record.tie = is_tie(expected_logits[step], expected[:, step], actual[:, step], tolerance)
+            records.append(record)
+    return records
+
+
+def is_tie(logits: torch.Tensor, expected: torch.Tensor, actual: torch.Tensor, tolerance: float) -> bool:
+    """Whether, in every row, eager's logit of the token eager chose and of the token the program chose ([batch,
+    vocab] logits, [batch] ids) are within rounding of each other: programs that differ from eager by `tolerance`
+    could have chosen either."""
+    chosen = logits.gather(-1, expected[:, None])
+    other = logits.gather(-1, actual[:, None])
+    return bool(((chosen - other).abs() <= 2 * tolerance).all())
+
+
+def generation_config(model: torch.nn.Module) -> GenerationConfig:
+    """Greedy, `NEW_TOKENS` new tokens, no EOS (every row runs every step); the model's start and pad tokens."""
+    config = model.config
+    start = model.generation_config.decoder_start_token_id
+    if start is None:
+        start = getattr(config, "decoder_start_token_id", None)
+    if start is None:
+        start = getattr(config, "pad_token_id", None)
+    return GenerationConfig(
+        max_new_tokens=NEW_TOKENS,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=model.generation_config.pad_token_id,
+        bos_token_id=model.generation_config.bos_token_id,
+        decoder_start_token_id=start,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
+
+
+def reference(model: torch.nn.Module, prompt: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The new token ids ([batch, NEW_TOKENS]) of the plain generation loop on `prompt`, and its logits per step."""
+    config = generation_config(model)
+    # generate() fills the fields a given config leaves None from the model's own generation config: without EOS
+    # there too, a row that produced it would be padded and the loop would stop early
+    saved = model.generation_config
+    model.generation_config = copy.deepcopy(saved)
+    model.generation_config.eos_token_id = None
+    torch.manual_seed(0)
+    try:
+        with torch.no_grad():
+            out = GenerationMixin.generate(
+                model, prompt, attention_mask=torch.ones_like(prompt), generation_config=config
+            )
+    finally:
+        model.generation_config = saved
+    if out.sequences.shape[1] < NEW_TOKENS or len(out.logits) != NEW_TOKENS:
+        raise RuntimeError(f"generate() gave {len(out.logits)} new tokens, not {NEW_TOKENS}")
+    return out.sequences[:, -NEW_TOKENS:], [logits.float() for logits in out.logits]
+
+
+def decoder_loop(model: torch.nn.Module, prefill: Runnable, decode: Runnable, prompt: torch.Tensor) -> torch.Tensor:
+    """The new token ids of a decoder LM's greedy loop driven by its prefill and decode programs."""
+    keyword = cache_keyword(model)
+    batch, length = prompt.shape
+    with torch.no_grad():
+        out = prefill(input_ids=prompt, attention_mask=torch.ones(batch, length, dtype=torch.long), use_cache=True)
+        tokens = [out.logits[:, -1].argmax(-1, keepdim=True)]
+        for step in range(1, NEW_TOKENS):
+            mask = torch.ones(batch, length + step, dtype=torch.long)
+            out = decode(input_ids=tokens[-1], attention_mask=mask, use_cache=True, **{keyword: output_cache(out)})
+            tokens.append(out.logits[:, -1].argmax(-1, keepdim=True))
+    return torch.cat(tokens, dim=1)
+
+
+def encoder_decoder_loop(model: torch.nn.Module, forward: Runnable, decode: Runnable, prompt: torch.Tensor):
+    """The new token ids of an encoder-decoder's greedy loop: the forward program on the prompt and the decoder start
+    token, then the decode program with the encoder's output and the cache."""
+    keyword = cache_keyword(model)
+    batch = prompt.shape[0]
+    start = generation_config(model).decoder_start_token_id
+    mask = torch.ones_like(prompt)
+    with torch.no_grad():
+        decoder_ids = torch.full((batch, 1), start, dtype=torch.long)
+        out = forward(input_ids=prompt, attention_mask=mask, decoder_input_ids=decoder_ids)
+        encoder_outputs = (out.encoder_last_hidden_state,)
+        tokens = [out.logits[:, -1].argmax(-1, keepdim=True)]
+        for _ in range(1, NEW_TOKENS):
+            out = decode(
+                encoder_outputs=encoder_outputs,
+                decoder_input_ids=tokens[-1],
+                attention_mask=mask,
+                use_cache=True,
+                **{keyword: output_cache(out)},
+            )
+            tokens.append(out.logits[:, -1].argmax(-1, keepdim=True))
+    return torch.cat(tokens, dim=1)

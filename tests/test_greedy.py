@@ -1,0 +1,67 @@
+"""The greedy-loop check: loops driven by programs against transformers' generate(do_sample=False).
+
+The loops are run here with the eager model itself standing in for its programs (they must then give generate's
+tokens exactly, which checks that the loop feeds tokens, masks and caches as generate does), and with a decode step
+that picks another token at one step (a difference, found at that step)."""
+
+import pytest
+import torch
+
+from exportsmith.verify.check import MAX_ABS_DIFF, build_pair
+from exportsmith.verify.greedy import NEW_TOKENS, PROMPT_LENGTHS, greedy_loops, is_tie, reference
+from exportsmith.verify.tasks import vocab
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gpt2", "t5"])
+def test_loops_driven_by_the_eager_model_give_generates_tokens(model_type):
+    original, _ = build_pair(model_type, None)
+    encoder_decoder = original.config.is_encoder_decoder
+    loops = greedy_loops(original, original, original, encoder_decoder, vocab(original.config), MAX_ABS_DIFF)
+    assert [(loop.batch, loop.prompt) for loop in loops] == [(b, p) for b in (1, 2) for p in PROMPT_LENGTHS]
+    assert all(loop.match and loop.error is None for loop in loops), [loop.describe() for loop in loops]
+
+
+def test_generate_runs_every_step_even_where_the_model_produces_eos():
+    original, _ = build_pair("llama", None)
+    eos = original.generation_config.eos_token_id
+    # make EOS the best token everywhere: generate with the model's own config would stop after one token
+    with torch.no_grad():
+        original.lm_head.bias = torch.nn.Parameter(torch.zeros(original.config.vocab_size))
+        original.lm_head.bias[eos] = 1e3
+    tokens, logits = reference(original, torch.tensor([[5, 6]]))
+    assert tokens.shape == (1, NEW_TOKENS) and len(logits) == NEW_TOKENS
+    assert (tokens == eos).all()
+    assert original.generation_config.eos_token_id == eos  # the model's own config is left as it was
+
+
+class _SwapsAtStep:
+    """The model as a decode program, except that at its `step`-th call it picks eager's second-best token."""
+
+    def __init__(self, model, step: int):
+        self.model, self.step, self.calls = model, step, 0
+
+    def __call__(self, **inputs):
+        out = self.model(**inputs)
+        self.calls += 1
+        if self.calls == self.step:
+            logits = out.logits.clone()
+            second = logits[:, -1].topk(2).indices[:, 1]
+            logits[torch.arange(len(second)), -1, second] = logits[:, -1].max(-1).values + 1.0
+            out.logits = logits
+        return out
+
+
+def test_a_decode_step_that_picks_another_token_is_a_difference_from_that_step():
+    original, _ = build_pair("llama", None)
+    loops = greedy_loops(original, original, _SwapsAtStep(original, 3), False, vocab(original.config), MAX_ABS_DIFF)
+    first = loops[0]
+    assert not first.ok and not first.match and not first.tie
+    assert first.first_difference == 3  # token 0 comes from the prefill, the 3rd decode call makes token 3
+    assert first.describe() == "batch1-prompt1: differs from step 3"
+
+
+def test_a_tie_is_two_tokens_within_rounding_in_every_row():
+    logits = torch.tensor([[1.0, 1.0 + MAX_ABS_DIFF, 0.0], [2.0, 0.0, 0.5]])
+    assert is_tie(logits, torch.tensor([1, 0]), torch.tensor([0, 0]), MAX_ABS_DIFF)
+    assert not is_tie(logits, torch.tensor([1, 0]), torch.tensor([0, 2]), MAX_ABS_DIFF)
+    assert not is_tie(logits, torch.tensor([1, 0]), torch.tensor([2, 0]), MAX_ABS_DIFF)
