@@ -51,8 +51,20 @@ def _modules(tf: Transformers, names: list[str]) -> list[str]:
 
 
 @app.command("list")
-def list_(models: bool = typer.Option(False, "--models", help="List the model modules instead of the codemods.")):
-    """List the codemods (pipeline order) with their descriptions, or the models of the installed transformers."""
+def list_(
+    models: bool = typer.Option(False, "--models", help="List the model modules instead of the codemods."),
+    real_configs: bool = typer.Option(
+        False, "--real-configs", help="List the real checkpoint configurations `verify --config` takes by name."
+    ),
+):
+    """List the codemods (pipeline order) with their descriptions, the models of the installed transformers, or the
+    real configurations the project holds."""
+    if real_configs:
+        from .verify.real import real_config_names
+
+        for name in real_config_names():
+            typer.echo(name)
+        return
     if models:
         tf = _transformers()
         for module, files in tf.models.items():
@@ -241,6 +253,14 @@ def verify(
     onnx: bool = typer.Option(
         False, "--onnx", help="Also export with torch.onnx (dynamo) and compare in onnxruntime."
     ),
+    config_path: str = typer.Option(
+        None,
+        "--config",
+        help="Verify at a real configuration instead of the tiny one: a checkpoint's config.json, or the name of one "
+        "the project holds (`exportsmith list --real-configs`). Random weights; adds the cases that cross its "
+        "sliding window. The model type comes from the config.",
+    ),
+    layers: int = typer.Option(None, "--layers", help="With --config: keep this many layers (default: a few)."),
 ):
     """Check models: eager bit-identity of the copy, export with dynamic shapes, the program vs eager at other shapes,
     save/load. Exits 1 when a model fails."""
@@ -249,6 +269,16 @@ def verify(
     tf = _transformers()
     if subject not in SUBJECTS:
         raise _fail(f"unknown subject {subject!r}; one of: {', '.join(SUBJECTS)}")
+    config = None
+    if config_path is not None:
+        if models or all_models or json_path is not None or record:
+            raise _fail(
+                "--config verifies the one model type of the config: no model types, --all, --json or --record"
+            )
+        config = _real_config(config_path, layers)
+        models = [config.model_type]
+    elif layers is not None:
+        raise _fail("--layers goes with --config")
     if bool(models) == all_models:
         raise _fail("name model types, or pass --all")
     if (record or onnx) and (subject != "generated" or json_path is not None):
@@ -266,7 +296,7 @@ def verify(
     if json_path is not None:
         failed = _verify_isolated(models, out, subject, json_path, jobs, timeout)
     else:
-        failed = _verify_here(tf, models, out, subject, record, onnx)
+        failed = _verify_here(tf, models, out, subject, record, onnx, config)
     if failed:
         _say(f"{failed} of {len(models)} model(s) failed verification")
         raise typer.Exit(1)
@@ -292,7 +322,25 @@ def _verify_isolated(models: list[str], out: Path, subject: str, json_path: Path
     return sum(records[name]["status"] != "ok" for name in models)
 
 
-def _verify_here(tf: Transformers, models: list[str], out: Path, subject: str, record: bool, onnx: bool) -> int:
+def _real_config(name_or_path: str, layers: int | None):
+    """The config `--config` names (a config.json, or a name of the project's real configs), `layers` layers."""
+    from .verify.real import load_config, real_config, real_config_names
+
+    if layers is not None and layers < 1:
+        raise _fail("--layers must be 1 or more")
+    try:
+        if Path(name_or_path).is_file():
+            return load_config(json.loads(Path(name_or_path).read_text(encoding="utf-8")), layers)
+        return real_config(name_or_path, layers)
+    except LookupError as error:
+        raise _fail(f"{error}; or give the path of a config.json") from None
+    except (ValueError, KeyError, TypeError) as error:
+        raise _fail(f"{name_or_path}: not a transformers config ({error})") from None
+
+
+def _verify_here(
+    tf: Transformers, models: list[str], out: Path, subject: str, record: bool, onnx: bool, config=None
+) -> int:
     import torch  # torch is imported only by the commands that need it
 
     from .verify import verify_model
@@ -308,7 +356,7 @@ def _verify_here(tf: Transformers, models: list[str], out: Path, subject: str, r
     failed = 0
     for index, name in enumerate(models, 1):
         _say(f"[{index}/{len(models)}] verifying {name} ...")
-        result = verify_model(name, package=out.resolve().name, subject=subject)
+        result = verify_model(name, package=out.resolve().name, subject=subject, config=config)
         typer.echo(result.summary)
         ok = result.ok
         if onnx:

@@ -9,9 +9,10 @@ MemoryError or an allocation failure in the child, or a SIGKILL from the kernel)
 `path` as soon as it is known, skips model types already recorded there (so an interrupted sweep resumes), and
 reports `[i/N] model_type status` on stderr.
 
-Three checks: `check_eager` (build the tiny model and run one forward; `tools/sweep_eager.py` sweeps it),
-`check_export` (`verify_model` of one subject; `exportsmith verify --all` and `tools/coverage.py` sweep it) and
-`check_onnx` (`verify_onnx` of the generated copy; `tools/coverage.py` sweeps it).
+Four checks: `check_eager` (build the tiny model and run one forward; `tools/sweep_eager.py` sweeps it),
+`check_export` (`verify_model` of one subject; `exportsmith verify --all` and `tools/coverage.py` sweep it),
+`check_onnx` (`verify_onnx` of the generated copy; `tools/coverage.py` sweeps it) and `check_real` (the generated
+copy at a real checkpoint configuration; `tools/real_configs.py` sweeps it).
 """
 
 import json
@@ -29,10 +30,11 @@ from pathlib import Path
 import torch
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-from exportsmith.verify.check import FAILURE_KINDS, verify_model
+from exportsmith.verify.check import DIM_STYLES, FAILURE_KINDS, verify_model
 from exportsmith.verify.errors import first_line
 from exportsmith.verify.onnx_check import FAILURE_KINDS as ONNX_FAILURE_KINDS
 from exportsmith.verify.onnx_check import verify_onnx
+from exportsmith.verify.real import real_config
 from exportsmith.verify.tasks import (
     AUDIO_LAYOUTS,
     config_for,
@@ -167,7 +169,27 @@ def check_export(model_type: str, subject: str, package: str, path: str | None =
         "details": {
             key: value
             for key, value in result.record().items()
-            if key in ("location", "guard", "eager_identical", "cases")
+            if key in ("location", "guard", "eager_identical", "cases", "greedy")
+        },
+    }
+
+
+def check_real(name: str, package: str, path: str | None = None) -> dict:
+    """`verify_model` of the generated copy at the real configuration `name` (`real.py`), its programs exported with
+    the primary dims style only (a real model's cases cost seconds each), as a record with the peak memory of the
+    process."""
+    _path_first(path)
+    config = real_config(name)
+    result = verify_model(config.model_type, package, "generated", config=config, styles=DIM_STYLES[:1])
+    return {
+        "status": "ok" if result.ok else result.failure,
+        "reason": result.message,
+        "model_class": result.model_class,
+        "details": {
+            "model_type": config.model_type,
+            "layers": config.num_hidden_layers,
+            "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # Linux: kilobytes
+            **{key: value for key, value in result.record().items() if key in ("location", "cases", "greedy")},
         },
     }
 
