@@ -33,7 +33,7 @@ def test_the_table_counts_each_subject_and_keeps_the_failure_class():
     ablations = {"cond-branches": {"a": record("export-error", "E"), "b": record("ok")}}
     data = coverage.table(records, ["a", "b", "c", "d"], ablations)
     assert data["total"] == 4
-    assert data["ok"] == {"original": 1, "dynamo-exporter": 1, "generated": 2, "onnx": 1}
+    assert data["ok"] == {"original": 1, "dynamo-exporter": 1, "generated": 2, "onnx": 1, "greedy": 0}
     rows = {row["model_type"]: row for row in data["models"]}
     assert rows["a"]["original"] == {
         "status": "export-error",
@@ -52,15 +52,58 @@ def test_the_table_counts_each_subject_and_keeps_the_failure_class():
         in (text)
     )
     assert (
-        "| a | FooModel | **export-error**: ValueError: x `transformers/models/a/modeling_a.py:3` | ok | ok | ok |"
+        "| a | FooModel | **export-error**: ValueError: x `transformers/models/a/modeling_a.py:3` | ok | ok | ok | – |"
         in text
     )
-    assert "| d | FooModel | not run | not run | **export-error**: E | – |" in text
+    assert "| d | FooModel | not run | not run | **export-error**: E | – | – |" in text
     assert f"transformers {data['transformers']}, torch {data['torch']}" in text
     # moves against the original, among the model types both columns swept
     assert data["moves"] == {"fixed": ["a"], "broken": [], "needs": {"cond-branches": ["a"]}}
     assert "passes where the original fails for 1 model types, and fails where the original passes for 0." in text
     assert "- verify only with the `cond-branches` rewrite (1; " in text and text.count("): a\n") == 1
+
+
+def loops(*matches, tie=False):
+    return [
+        {"batch": 1, "prompt": p, "match": m, "first_difference": None if m else 3, "tie": tie, "error": None}
+        for p, m in zip((1, 2, 12), matches)
+    ]
+
+
+def test_the_greedy_column_reads_the_generated_records():
+    lm = record("ok")
+    lm["details"]["greedy"] = loops(True, True, True)
+    tied = record("ok")
+    tied["details"]["greedy"] = loops(True, False, True, tie=True)
+    wrong = record("greedy-mismatch", "batch1-prompt2: differs from step 3")
+    wrong["details"]["greedy"] = loops(True, False, True)
+    records = {"original": {}, "dynamo-exporter": {}, "onnx": {}}
+    records["generated"] = {"lm": lm, "tied": tied, "wrong": wrong, "encoder": record("ok"), "broken": record("eager")}
+    data = coverage.table(records, ["broken", "encoder", "lm", "tied", "wrong"], {})
+    rows = {row["model_type"]: row["greedy"] for row in data["models"]}
+    assert rows["lm"] == {"status": "ok", "reason": "3 loops, the same tokens", "location": None}
+    assert rows["tied"]["status"] == "ok" and rows["tied"]["reason"].endswith("(1 at a tie within rounding)")
+    assert rows["wrong"]["status"] == "greedy-mismatch"
+    assert rows["encoder"]["status"] == rows["broken"]["status"] == "skipped"
+    assert data["ok"]["greedy"] == 2 and data["ok"]["generated"] == 3
+    text = coverage.markdown(data, {})
+    assert "- **greedy**: 2 of the 3 decoder and encoder-decoder LMs whose generated programs verify" in text
+
+
+def test_the_table_says_what_moved_since_an_earlier_one():
+    before = {"date": "2026-01-01", "transformers": "5.24.0", "models": []}
+    before["models"] = [
+        {"model_type": "a", "generated": {"status": "ok"}},
+        {"model_type": "b", "generated": {"status": "export-error"}},
+        {"model_type": "c", "generated": {"status": "ok"}},
+    ]
+    records = {"original": {}, "dynamo-exporter": {}, "onnx": {}}
+    records["generated"] = {"a": record("guard-rejected", "first-step"), "b": record("ok")}
+    data = coverage.table(records, ["a", "b", "c"], {}, baseline=before)
+    assert data["since"]["columns"]["generated"] == {"fail_now": ["a"], "pass_now": ["b"]}  # c: not swept yet
+    text = coverage.markdown(data, {})
+    assert "Since the table of 2026-01-01 (transformers 5.24.0):" in text
+    assert "- generated: 1 passed there and fail now (a); 1 pass now (b)" in text
 
 
 def test_a_model_the_generated_copy_breaks_is_named():

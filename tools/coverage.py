@@ -1,5 +1,7 @@
 """The coverage table: every model type of the installed transformers exported three ways, each isolated.
 
+    python tools/coverage.py --baseline OLD.json   # ... and say what moved since an earlier table
+
     python tools/coverage.py                 # generate everything, sweep the four columns, write the table
     python tools/coverage.py --fresh         # forget earlier sweep records and start over
     python tools/coverage.py --render-only   # rewrite the table from the records already in the work directory
@@ -42,7 +44,9 @@ REASON_WIDTH = 110  # characters of a failure's first line shown in the table
 GUARD_LINE_WIDTH = 70  # characters of a guard's source line shown in the table
 REASON_KEPT = 600  # characters of a failure's reason kept in COVERAGE.json (the sweep records hold it whole)
 ONNX = "onnx"
-COLUMNS = (*SUBJECTS, ONNX)
+GREEDY = "greedy"  # not swept: read from the generated column's records
+SWEPT = (*SUBJECTS, ONNX)
+COLUMNS = (*SWEPT, GREEDY)
 SKIPPED = {"status": "skipped", "reason": "the generated copy does not verify with torch.export", "location": None}
 
 
@@ -85,6 +89,38 @@ def cell(record: dict | None) -> dict:
     return entry
 
 
+def greedy_cell(record: dict | None) -> dict:
+    """The greedy-loop column of one model type, from its generated record: the loops its programs drove against
+    generate() (only a decoder LM or an encoder-decoder LM whose programs verified gets them), else skipped."""
+    loops = ((record or {}).get("details") or {}).get("greedy") or []
+    if record is not None and record["status"] == "greedy-mismatch":
+        return cell(record)
+    if not loops:
+        return {
+            "status": "skipped",
+            "reason": "no greedy loop: not an LM, or its programs do not verify",
+            "location": None,
+        }
+    ties = sum(loop["tie"] and not loop["match"] for loop in loops)
+    reason = f"{len(loops)} loops, the same tokens" + (f" ({ties} at a tie within rounding)" if ties else "")
+    return {"status": "ok", "reason": reason, "location": None}
+
+
+def since(baseline: dict | None, rows: list[dict]) -> dict | None:
+    """What moved in each column against an earlier table (its COVERAGE.json): the model types that passed there and
+    fail now, and the reverse."""
+    if baseline is None:
+        return None
+    before = {row["model_type"]: row for row in baseline["models"]}
+    moved = {}
+    for column in COLUMNS:
+        was = {name for name, row in before.items() if row.get(column, {}).get("status") == "ok"}
+        now = {row["model_type"] for row in rows if row[column]["status"] == "ok"}
+        swept = {row["model_type"] for row in rows if row[column]["status"] != "not-run"} & set(before)
+        moved[column] = {"fail_now": sorted((was - now) & swept), "pass_now": sorted((now - was) & swept)}
+    return {"date": baseline["date"], "transformers": baseline["transformers"], "columns": moved}
+
+
 def moves(records: dict[str, dict[str, dict]], ablations: dict[str, dict[str, dict]], model_types: list[str]) -> dict:
     """The model types the generated copy moves from failing to passing (and back) against the original, and per
     codemod ablated by tools/ablation.py the ones that verify only with it."""
@@ -105,21 +141,25 @@ def moves(records: dict[str, dict[str, dict]], ablations: dict[str, dict[str, di
     }
 
 
-def table(records: dict[str, dict[str, dict]], model_types: list[str], ablations: dict[str, dict[str, dict]]) -> dict:
-    totals = {
-        column: sum(records[column].get(name, {}).get("status") == "ok" for name in model_types) for column in COLUMNS
-    }
+def table(
+    records: dict[str, dict[str, dict]],
+    model_types: list[str],
+    ablations: dict[str, dict[str, dict]],
+    baseline: dict | None = None,
+) -> dict:
     rows = []
     for name in model_types:
         classes = {records[subject].get(name, {}).get("model_class") for subject in SUBJECTS} - {None}
         row = {
             "model_type": name,
             "model_class": min(classes) if classes else None,
-            **{column: cell(records[column].get(name)) for column in COLUMNS},
+            **{column: cell(records[column].get(name)) for column in SWEPT},
+            GREEDY: greedy_cell(records["generated"].get(name)),
         }
         if name not in records[ONNX] and row["generated"]["status"] not in ("ok", "not-run"):
             row[ONNX] = dict(SKIPPED)
         rows.append(row)
+    totals = {column: sum(row[column]["status"] == "ok" for row in rows) for column in COLUMNS}
     return {
         "transformers": transformers.__version__,
         "torch": torch.__version__,
@@ -128,6 +168,7 @@ def table(records: dict[str, dict[str, dict]], model_types: list[str], ablations
         "total": len(model_types),
         "ok": totals,
         "moves": moves(records, ablations, model_types),
+        "since": since(baseline, rows),
         "models": rows,
     }
 
@@ -170,8 +211,11 @@ def markdown(data: dict, model_seconds: dict[str, float]) -> str:
         " (records: `COVERAGE.json`).",
         "",
         "Each model type's tiny seeded model (the class `exportsmith.verify.tasks.model_class` picks) is exported with"
-        " dynamic shapes and run at shapes other than the traced one; a cell is `ok` when the program matches eager"
-        " everywhere and survives `save`/`load`. Columns: the original transformers class with no help, the original"
+        " dynamic shapes, in each dims style users write (named `Dim`s with min 1, `Dim.DYNAMIC`, `Dim.AUTO`), and run"
+        " at shapes other than the traced one (batch 1, 1-token steps on a 1-token cache, long caches, ...); a cell is"
+        " `ok` when the programs match eager everywhere, survive `save` and a `load` in a fresh process, and, for an"
+        " LM, drive greedy loops that give generate()'s tokens. Columns: the original transformers class with no help,"
+        " the original"
         " through `transformers.exporters.DynamoExporter` (its runtime patches), exportsmith's generated copy, and"
         f" the generated copy through `torch.onnx.export(dynamo=True)` run in onnxruntime (max |diff| {ONNX_MAX_ABS_DIFF:g}"
         " to the original's eager output; `–`: not tried, the copy does not verify with torch.export).",
@@ -188,6 +232,23 @@ def markdown(data: dict, model_seconds: dict[str, float]) -> str:
         f"- **{ONNX}**: {ok} of {total} architectures export to ONNX and match eager in onnxruntime"
         f" ({100 * ok / total:.1f}%{unswept(data, ONNX)})"
     )
+    looped = [row for row in data["models"] if row[GREEDY]["status"] != "skipped"]
+    lines.append(
+        f"- **{GREEDY}**: {data['ok'][GREEDY]} of the {len(looped)} decoder and encoder-decoder LMs whose generated"
+        " programs verify give generate()'s tokens in greedy loops driven only by the programs (prompts of 1, 2 and 12"
+        " tokens, batch 1 and 2, 16 new tokens; a failure here fails the generated column too)"
+    )
+    moved_since = data.get("since")
+    if moved_since:
+        lines += ["", f"Since the table of {moved_since['date']} (transformers {moved_since['transformers']}):"]
+        for column, moved in moved_since["columns"].items():
+            if moved["fail_now"] or moved["pass_now"]:
+                lines.append(
+                    f"- {column}: {len(moved['fail_now'])} passed there and fail now"
+                    + (f" ({', '.join(moved['fail_now'])})" if moved["fail_now"] else "")
+                    + f"; {len(moved['pass_now'])} pass now"
+                    + (f" ({', '.join(moved['pass_now'])})" if moved["pass_now"] else "")
+                )
     moved = data["moves"]
     lines += [
         "",
@@ -223,7 +284,13 @@ def main() -> int:
         metavar="MODEL_TYPE",
         help="sweep only these model types, forgetting their records",
     )
-    parser.add_argument("--columns", nargs="+", default=list(COLUMNS), choices=COLUMNS, help="the columns to sweep")
+    parser.add_argument("--columns", nargs="+", default=list(SWEPT), choices=SWEPT, help="the columns to sweep")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="an earlier COVERAGE.json (e.g. `git show HEAD:generated/COVERAGE.json`): the table says what moved since;"
+        " by default the comparison the current COVERAGE.json holds is kept",
+    )
     parser.add_argument("--jobs", type=int, default=JOBS)
     parser.add_argument("--timeout", type=float, default=TIMEOUT, help="seconds per model type and subject")
     args = parser.parse_args()
@@ -246,12 +313,16 @@ def main() -> int:
             generate_all(package)
         for column in args.columns:
             sweep_column(column, args.models or model_types, args.work, package, args.jobs, args.timeout)
-    records = {column: recorded(args.work / f"{column}.jsonl") for column in COLUMNS}
+    records = {column: recorded(args.work / f"{column}.jsonl") for column in SWEPT}
     ablations = {
         path.stem.removeprefix("without-"): recorded(path) for path in sorted(args.work.glob("without-*.jsonl"))
     }
-    data = table(records, model_types, ablations)
-    model_seconds = {c: sum(r.get("seconds", 0.0) for r in records[c].values()) for c in COLUMNS}
+    baseline = json.loads(args.baseline.read_text()) if args.baseline else None
+    data = table(records, model_types, ablations, baseline)
+    current = args.out / "COVERAGE.json"
+    if baseline is None and current.exists():  # keep the comparison an earlier render made
+        data["since"] = json.loads(current.read_text()).get("since")
+    model_seconds = {c: sum(r.get("seconds", 0.0) for r in records[c].values()) for c in SWEPT}
     (args.out / "COVERAGE.json").write_text(json.dumps(data, indent=1) + "\n")
     (args.out / "COVERAGE.md").write_text(markdown(data, model_seconds))
     print(", ".join(f"{c}: {data['ok'][c]} of {data['total']}" for c in COLUMNS), file=sys.stderr)
