@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 from exportsmith.cli import app
 from exportsmith.discover import find_transformers, torch_modeling_files
 from exportsmith.verify import verify_model
+from exportsmith.verify.check import DIM_STYLES
 from exportsmith.verify.inputs import cache_keyword, output_cache
 from exportsmith.verify.tiny import init_fields, tiny_config
 
@@ -190,7 +191,9 @@ def test_generated_model_verifies_on_4x(model: str, compat_package):
             raise KnownFailure(f"{why}: {result.summary}")
     assert result.ok, result.summary
     assert {record.program for record in result.cases} == {"decode", "prefill"}
-    assert any(r.program == "decode" and r.batch == 1 and r.new_tokens == 1 and r.past for r in result.cases)
+    assert {record.dims for record in result.cases} == set(DIM_STYLES)  # sliding-window models in every dims style
+    assert any(r.program == "decode" and r.batch == 1 and r.new_tokens == 1 and r.past == 1 for r in result.cases)
+    assert len(result.greedy) == 6  # the greedy loops ran (result.ok: they gave generate()'s tokens)
 
 
 # What vmap-built masks leave in a graph: functorch batching ops and the getitem wrapper's flat_apply
