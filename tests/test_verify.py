@@ -20,7 +20,7 @@ from generated.llama import modeling_llama as generated_llama
 
 from exportsmith.verify import verify_model
 from exportsmith.verify.inputs import DECODE_CASES, DECODE_EXAMPLE, PREFILL_CASES, PREFILL_EXAMPLE, case_inputs
-from exportsmith.verify.check import DIM_STYLES, export_program
+from exportsmith.verify.check import DIM_STYLES, MAX_ABS_DIFF, export_program
 from exportsmith.verify.shapes import dynamic_shapes_like
 from exportsmith.verify.tiny import tiny_config
 
@@ -136,8 +136,9 @@ def test_verify_passes_an_identical_copy(monkeypatch):
     assert result.ok and result.eager_identical and result.failure is None, result.summary
     assert len(result.cases) == (len(DECODE_CASES) + len(PREFILL_CASES)) * len(DIM_STYLES)
     assert {record.dims for record in result.cases} == set(DIM_STYLES)
-    assert result.max_diff == 0.0 and set(result.export_seconds) == {"decode", "prefill"}
-    assert result.summary.startswith("llama: ok max|diff|=0 (decode ")
+    # exported vs eager: within the harness's tolerance, not 0, which another CPU's kernels need not give
+    assert result.max_diff <= MAX_ABS_DIFF and set(result.export_seconds) == {"decode", "prefill"}
+    assert result.summary.startswith(f"llama: ok max|diff|={result.max_diff:.3g} (decode ")
     assert len(result.greedy) == 6 and all(loop["match"] for loop in result.greedy)
 
 
@@ -165,7 +166,7 @@ def test_verify_reports_an_exported_mismatch(monkeypatch):
     package = install_package(monkeypatch, "export_perturbed_llama", perturbed_llama(torch.compiler.is_exporting))
     result = verify_model("llama", package)
     assert result.eager_identical and result.failure == "mismatch", result.summary
-    assert all(record.max_diff == pytest.approx(1e-3, abs=1e-5) for record in result.cases)
+    assert all(record.max_diff == pytest.approx(1e-3, abs=MAX_ABS_DIFF) for record in result.cases)
 
 
 def test_verify_never_raises():
