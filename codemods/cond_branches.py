@@ -16,9 +16,12 @@ What it rewrites, only in modules under `transformers.models` (or given with no 
   `if torch.compiler.is_exporting(): torch._assert_async(<not T>, <message>)` `elif T: raise E(...)`. The message is
   the exception's when it is a literal string, else a fixed text naming the exception and the test.
 - any other `if T:` (with `else`, `elif` chains, nested `if`s) whose arms only assign local names -> each arm's
-  body is emitted ONCE as a local function (`true_fn`, `false_fn`) taking the *operands* (the results that have a
-  value before the `if`, in source order; everything else, ints and floats included, comes through the closure) and
-  returning the *results* (names assigned in an arm that code outside it reads). Export calls
+  body is emitted ONCE as a local function (`true_fn`, `false_fn`) taking the *operands* (the results bound on every
+  path to the `if`, in source order: for an `if` inside an arm, the arm function's own operands and what the arm
+  bound before it, never a name bound in another arm of an `elif` chain; everything else, ints and floats included,
+  comes through the closure) and returning the *results* (names assigned in an arm that code outside it reads,
+  after it in its block included). Which names are bound where is a definite-assignment analysis
+  (`_bindings.bound_at`), not source order. Export calls
   `torch.cond(<tensor form of T>, true_fn, false_fn, operands)`; eager runs the plain `if` over the same functions,
   so eager results are bit-identical and cost one Python call more. With no `else`, the other arm is
   `lambda x: x.clone()` (export only: torch.cond rejects an output that aliases an input). An `elif` becomes a nested
@@ -30,7 +33,9 @@ writes, augmented assignment, in-place or mutating calls such as `register_buffe
 `del`, `yield`), `break`/`continue`, loops (a data-dependent trip count), `with`/`try`; a `return` in one arm only;
 results that are None or a literal (`scale = 1.0`: torch.cond returns tensors only), a result not assigned on every
 path of an arm (it would pass its input through: an alias), a returned value that is an input unchanged, a result
-with no value before a one-armed `if`; a Python condition `and`-joined to the tensor test of an `if` with an `else`;
+with no value before a one-armed `if` or with one on some paths only, a result that an arm reads before assigning it
+and that is not bound on every path to the `if` (the arm's function would not see it), a name an arm assigns that a
+nested function or lambda outside the arms reads or that is declared `global`/`nonlocal`; a Python condition `and`-joined to the tensor test of an `if` with an `else`;
 functions that already use the names `true_fn`/`false_fn`; tests that use `.item()`, `torch.equal`,
 `.any(dim)`/`.all(dim)` or mix Python and tensor conditions other than as leading `and` conjuncts.
 
@@ -71,7 +76,8 @@ import libcst.matchers as m
 
 from .base import LINE_LENGTH, Codemod
 from ._statement_codes import NodeLineState
-from ._walks import child_nodes, statement_children, walk_statements
+from ._bindings import Binding, bound_anywhere, bound_at, parameter_names, target_names
+from ._walks import child_nodes, nodes_in, statement_children, walk_statements
 
 IS_EXPORTING = "torch.compiler.is_exporting()"
 _REDUCTIONS = frozenset({"any", "all"})
@@ -547,18 +553,6 @@ class _Names(cst.CSTVisitor):
         return False
 
 
-class _NamesBefore(_Names):
-    """The variable names that come before `stop` in source order."""
-
-    def __init__(self, stop: cst.CSTNode):
-        super().__init__()
-        self.stop, self.stopped = stop, False
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        self.stopped = self.stopped or node is self.stop
-        return not self.stopped and super().on_visit(node)
-
-
 @functools.lru_cache(maxsize=1024)  # `_branch_local` asks the same blocks and function once per result name
 def _names(node: cst.CSTNode) -> tuple[cst.Name, ...]:
     visitor = _Names()
@@ -599,16 +593,31 @@ def _if_parts(node: cst.If) -> tuple[list[cst.BaseExpression], list[cst.BaseSuit
     return tests, blocks
 
 
-def _branch_local(function: cst.FunctionDef, name: str) -> bool:
+def _branch_local(function: cst.FunctionDef, name: str, site: cst.If) -> bool:
     """Whether every use of `name` in `function` is inside an `if`/`else` block that assigns it first, so no value
-    of it flows from one block to another (or out of the branch)."""
+    of it flows from one block to another (or out of the branch `site`). A block around `site` does not count: the
+    statements after `site` in it read what `site` assigned (`z = x * 2`, then `if T: z = z / 2`, then `y = z`)."""
+    around = _blocks_around(function, site)
     covered = set()
     for node in _ifs(function):
         blocks = [node.body] + ([node.orelse.body] if isinstance(node.orelse, cst.Else) else [])
         for block in blocks:
-            if isinstance(block, cst.IndentedBlock) and _assigned_first(block, name):
+            if isinstance(block, cst.IndentedBlock) and id(block) not in around and _assigned_first(block, name):
                 covered.update(id(n) for n in _names(block) if n.value == name)
     return all(id(n) in covered for n in _names(function) if n.value == name)
+
+
+def _blocks_around(function: cst.FunctionDef, site: cst.CSTNode) -> frozenset[int]:
+    """The ids of the blocks of `function` that hold `site` (at any depth)."""
+    pending = [(function, ())]
+    while pending:
+        node, blocks = pending.pop()
+        if node is site:
+            return frozenset(blocks)
+        if isinstance(node, cst.IndentedBlock):
+            blocks = (*blocks, id(node))
+        pending.extend((child, blocks) for child in statement_children(node))
+    return frozenset()
 
 
 def _is_side_effect_call(call: cst.Call) -> str | None:
@@ -860,6 +869,89 @@ def _returned_values(block: cst.BaseSuite) -> list[tuple[cst.Return, cst.BaseSui
     return found
 
 
+def _original_arms(node: cst.If) -> list[list[cst.BaseStatement]]:
+    """The statements of each arm of `node` as written; an `elif` is one `if` statement in the `else` arm."""
+    arms = [list(node.body.body)]
+    if isinstance(node.orelse, cst.Else):
+        arms.append(list(node.orelse.body.body))
+    elif isinstance(node.orelse, cst.If):
+        arms.append([node.orelse])
+    return arms
+
+
+def _reads_before_assigning(statements: list[cst.BaseStatement], name: str) -> bool:
+    """Whether a path through `statements` (what an arm may hold: simple statements and `if`s) reads `name` before
+    it assigns it, i.e. reads the value `name` had before the arm."""
+    for stmt in statements:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                read = small.value if isinstance(small, (cst.Assign, cst.Return)) else small
+                if read is not None and any(n.value == name for n in _names(read)):
+                    return True
+                if isinstance(small, cst.Assign) and any(
+                    name in target_names(target.target) for target in small.targets
+                ):
+                    return False
+        elif isinstance(stmt, cst.If):
+            tests, blocks = _if_parts(stmt)
+            if any(n.value == name for test in tests for n in _names(test)):
+                return True
+            if any(_reads_before_assigning(list(block.body), name) for block in blocks):
+                return True
+            if name in _always_assigned(cst.IndentedBlock(body=[stmt])):
+                return False
+        elif any(n.value == name for n in _names(stmt)):
+            return True  # not an arm's statement (refused anyway): assume it reads
+    return False
+
+
+def _check_unbound_result(name: str, bound: Binding, arms: list[list[cst.BaseStatement]], one_armed: bool) -> None:
+    """Raises `_Refusal` unless result `name`, which is not bound on every path to the `if` (so no operand), is
+    right without one: an arm function assigns it, so it is local there, and reading it before must not happen."""
+    some_paths = name in bound.possible
+    where = "a value before the branch on some paths only" if some_paths else "no value before the branch"
+    if one_armed:
+        if some_paths:
+            raise _Refusal(
+                f"`{name}` has a value before the branch on some paths only, so the other arm may have nothing to "
+                "return"
+            )
+        raise _Refusal(f"`{name}` has no value before the branch, so the other arm has nothing to return")
+    if any(_reads_before_assigning(arm, name) for arm in arms):
+        raise _Refusal(
+            f"an arm reads `{name}` before assigning it, and `{name}` has {where}: the arm's function would not "
+            "see it"
+        )
+
+
+def _check_names_stay_local(function: cst.FunctionDef, arms: list[list[cst.BaseStatement]], names: list[str]) -> None:
+    """Raises `_Refusal` when a name the arms assign is not a plain local of `function`: declared `global` or
+    `nonlocal`, or read by a nested function or lambda defined outside the arms, which would keep reading the
+    function's variable while the arm's function assigns its own."""
+    inside = {id(node) for arm in arms for stmt in arm for node in nodes_in(stmt, _is_scope)}
+    declared = set()
+    for node in nodes_in(function.body, lambda n: type(n) in (cst.Global, cst.Nonlocal, cst.FunctionDef, cst.Lambda)):
+        if type(node) in (cst.Global, cst.Nonlocal):
+            declared.update(item.name.value for item in node.names)
+        elif id(node) not in inside:
+            own = set(parameter_names(node.params))
+            if type(node) is cst.FunctionDef:
+                own |= bound_anywhere(node.body.body if isinstance(node.body, cst.IndentedBlock) else [])
+            for name in names:
+                if name not in own and any(n.value == name for n in _names(node)):
+                    raise _Refusal(
+                        f"`{name}` is read by a nested function outside the branch, which would not see the arm's "
+                        "assignment"
+                    )
+    for name in names:
+        if name in declared:
+            raise _Refusal(f"`{name}` is declared `global` or `nonlocal`: the arm's function would bind a local")
+
+
+def _is_scope(node: cst.CSTNode) -> bool:
+    return type(node) in (cst.FunctionDef, cst.Lambda)
+
+
 class _Statements:
     """Mixin: visit statements only. `if` statements never hide inside simple statements or expressions, and
     skipping those makes a pass over a 3,000-line modeling file several times cheaper."""
@@ -1092,10 +1184,10 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
             raise _Refusal("`return` in the `else` arm only")
         blocks = [true_block] + ([false_block] if false_block is not None else [])
         names = list(dict.fromkeys(name for block in blocks for name in _assigned_names(block)))
-        results = [name for name in names if not _branch_local(function, name)]
+        anchor = self.nested_originals.get(id(original), original)
+        results = [name for name in names if not _branch_local(function, name, anchor)]
         if not results:
             raise _Refusal("the branch assigns only variables that no code after it reads")
-        anchor = self.nested_originals.get(id(original), original)
         for block in blocks:
             for assign in _assignments(block):
                 targets = [e for t in assign.targets for e in _target_elements(t.target)]
@@ -1113,11 +1205,16 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
                     raise _Refusal(
                         f"the branch may leave `{name}` a view of `{views[name]}`, which torch.cond cannot alias"
                     )
-        operands = [name for name in results if self._has_value_before(function, name, anchor)]
+        arms = _original_arms(original)
+        _check_names_stay_local(function, arms, names)
+        # The operands are the results bound on every path to the `if` (inside an arm that becomes a function: the
+        # arm's parameters and what it bound before), not those that merely occur before it in the source
+        bound = bound_at(function, anchor)
+        operands = [name for name in results if name in bound.definite]
         for name in results:
             missing = [block for block in blocks if name not in _always_assigned(block)]
-            if false_block is None and name not in operands:
-                raise _Refusal(f"`{name}` has no value before the branch, so the other arm has nothing to return")
+            if name not in bound.definite:
+                _check_unbound_result(name, bound, arms, one_armed=false_block is None)
             if false_block is None:
                 earlier = _non_tensor_value(function, name, anchor)
                 if earlier is not None:
@@ -1218,13 +1315,6 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
         else:
             holds = form.negated()
         return cst.parse_statement(f"torch._assert_async({holds.code}, {message})")
-
-    @staticmethod
-    def _has_value_before(function: cst.FunctionDef, name: str, node: cst.If) -> bool:
-        """Whether `name` occurs (as a parameter, a target or a read) before `node` in source order."""
-        visitor = _NamesBefore(node)
-        function.visit(visitor)
-        return any(found.value == name for found in visitor.found)
 
 
 def _int_valued(node: cst.BaseExpression) -> bool:

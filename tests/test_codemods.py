@@ -183,6 +183,22 @@ def test_cond_branches_rewrites_size_tests_that_export_would_specialise():
     assert "scores = torch.cond(q_len == 1, true_fn, false_fn, ())" in change.rewritten
 
 
+def test_cond_branches_operands_are_the_results_bound_where_the_if_runs():
+    change, findings = _cond_findings("select_bindings")
+    assert [(line, kind, reason) for line, kind, _, reason in findings] == [
+        (6, "rewritten", "elif chain -> nested torch.cond"),
+        (16, "rewritten", "elif chain -> nested torch.cond"),
+        (32, "rewritten", "if/else -> torch.cond"),
+        (34, "rewritten", "select -> torch.cond"),  # `scaled`, bound earlier in the arm, is its operand
+        (45, "rewritten", "if/else -> torch.cond"),
+    ]
+    # `y` is bound in the arms only: no arm function of the chain takes it (it did, and eager raised
+    # UnboundLocalError on the `elif` and `else` paths)
+    assert "def true_fn(y)" not in change.rewritten and "(y,)" not in change.rewritten
+    # `shifted` is bound before the `if` on some paths only, and no arm reads it: no operand either
+    assert "shifted = torch.cond(mask.any(), true_fn, false_fn, ())" in change.rewritten
+
+
 _ALIAS = (
     "is not assigned on every path of an arm: that arm would return its input unchanged, which torch.cond cannot alias"
 )
@@ -272,6 +288,30 @@ def test_cond_branches_reports_every_shape_it_rewrites():
                 (19, "mask.any()", f"the branch may leave `hidden_states` a view of `hidden_states`, {_CANNOT_ALIAS}"),
                 (28, "mask.any()", f"the branch may leave `hidden_states` a view of `hidden_states`, {_CANNOT_ALIAS}"),
                 (34, "mask.any()", f"the branch may leave `hidden_states` a view of `hidden_states`, {_CANNOT_ALIAS}"),
+            ],
+        ),
+        (
+            "refuse_bindings",
+            [
+                (
+                    7,
+                    "mask.any()",
+                    "`shifted` has a value before the branch on some paths only, so the other arm may have nothing to "
+                    "return",
+                ),
+                (
+                    15,
+                    "mask.any()",
+                    "an arm reads `shifted` before assigning it, and `shifted` has a value before the branch on some "
+                    "paths only: the arm's function would not see it",
+                ),
+                (
+                    25,
+                    "mask.any()",
+                    "`scale` is read by a nested function outside the branch, which would not see the arm's "
+                    "assignment",
+                ),
+                (33, "mask.any()", "`LAST` is declared `global` or `nonlocal`: the arm's function would bind a local"),
             ],
         ),
         ("no_torch_import", [(6, "hidden_states.isnan().any()", "the module does not `import torch`")]),

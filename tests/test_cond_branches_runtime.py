@@ -380,6 +380,78 @@ def test_eager_never_enters_torch_cond(monkeypatch):
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Operands are the results bound where the `if` runs (`select_bindings`): elif chains whose results are bound only in
+# their arms raised UnboundLocalError in eager on the `elif` and `else` paths
+# ----------------------------------------------------------------------------------------------------------------
+
+BINDING_CASES = [
+    # function, constants, traced input, inputs that take each arm (and other sizes), conds in the program
+    (
+        "elif_chain_bound_in_its_arms",
+        (),
+        (torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]),),  # sum 21 > 10
+        [
+            (torch.tensor([[1.0, 2.0], [0.5, 0.25]]),),  # 0 < sum <= 10: the elif arm
+            (torch.tensor([[-1.0, -2.0, 0.5]]),),  # sum <= 0: the else arm
+            (torch.full((3, 4), 2.0),),
+        ],
+        2,
+    ),
+    (
+        "long_elif_chain",
+        (),
+        (torch.tensor([[4.0, 5.0, 6.0], [7.0, 8.0, 9.0]]), torch.tensor(0.5)),
+        [
+            (torch.tensor([[2.5, 3.0]]), torch.tensor(1.5)),  # all > 2
+            (torch.tensor([[0.0, 1.5], [0.5, 0.25]]), torch.tensor(-1.0)),  # some > 1
+            (torch.tensor([[0.0, -1.0, 0.5]]), torch.tensor(2.0)),  # else
+        ],
+        3,
+    ),
+    (
+        "bound_earlier_in_the_arm",
+        (),
+        (torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), torch.tensor([True, False])),
+        [
+            (torch.tensor([[0.25, 2.0], [4.0, 5.0]]), torch.tensor([True])),  # outer arm, inner not taken
+            (torch.tensor([[0.25, 2.0, 3.0]]), torch.tensor([False, False, False])),  # else arm
+        ],
+        2,
+    ),
+    (
+        "bound_on_some_paths_before",
+        (True, torch.tensor(0.5)),
+        (torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), torch.tensor([True, False])),
+        [(torch.tensor([[0.25, 2.0]]), torch.tensor([False, False, False]))],
+        1,
+    ),
+]
+
+
+@pytest.mark.parametrize("name, constants, traced, arms, conds", BINDING_CASES, ids=[c[0] for c in BINDING_CASES])
+def test_operands_bound_where_the_if_runs_take_every_arm_in_eager_and_in_the_exported_program(
+    name, constants, traced, arms, conds
+):
+    original, rewritten = _original_and_rewritten("select_bindings")
+    before, after = getattr(original, name), getattr(rewritten, name)
+    module = _Call(after, *constants)
+    program = _export(module, traced)
+    assert _conds(program) == conds
+    for args in (traced, *arms):
+        expected = _flat(before(*args, *constants))
+        for actual in (_flat(after(*args, *constants)), _flat(program.module()(*args))):
+            assert len(actual) == len(expected)
+            for a, e in zip(actual, expected):
+                assert_identical(a, e)
+
+
+def test_a_result_bound_on_some_paths_before_the_if_needs_no_value_in_eager():
+    original, rewritten = _original_and_rewritten("select_bindings")
+    args = (torch.tensor([[1.0, -2.0]]), torch.tensor([False, True]), False, torch.tensor(0.5))  # `shifted` unbound
+    assert_identical(rewritten.bound_on_some_paths_before(*args), original.bound_on_some_paths_before(*args))
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # Size tests: traced at sizes >= 2, the program must still take the other arm at size 1
 # ----------------------------------------------------------------------------------------------------------------
 
