@@ -566,7 +566,8 @@ def _ifs(function: cst.FunctionDef) -> tuple[cst.If, ...]:
 
 
 def _assigned_first(block: cst.IndentedBlock, name: str) -> bool:
-    """Whether the first top-level statement of `block` that mentions `name` is `name = <expression without it>`."""
+    """Whether the first top-level statement of `block` that mentions `name` is `name = <expression without it>`
+    (or an unpacking into names among which it is, `scores, name = torch.topk(...)`)."""
     for stmt in block.body:
         if not any(n.value == name for n in _names(stmt)):
             continue
@@ -576,10 +577,20 @@ def _assigned_first(block: cst.IndentedBlock, name: str) -> bool:
         return (
             isinstance(assign, cst.Assign)
             and len(assign.targets) == 1
-            and m.matches(assign.targets[0].target, m.Name(name))
+            and _unpacks_into_names(assign.targets[0].target)
+            and name in target_names(assign.targets[0].target)
             and not any(n.value == name for n in _names(assign.value))
         )
     return False
+
+
+def _unpacks_into_names(target: cst.BaseExpression) -> bool:
+    """`a`, `a, b`, `(a, [b, *c])`: a target that binds names only (no attribute or item)."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return all(_unpacks_into_names(element.value) for element in target.elements)
+    if isinstance(target, cst.StarredElement):
+        return _unpacks_into_names(target.value)
+    return isinstance(target, cst.Name)
 
 
 def _if_parts(node: cst.If) -> tuple[list[cst.BaseExpression], list[cst.BaseSuite]]:

@@ -191,12 +191,16 @@ def test_cond_branches_operands_are_the_results_bound_where_the_if_runs():
         (32, "rewritten", "if/else -> torch.cond"),
         (34, "rewritten", "select -> torch.cond"),  # `scaled`, bound earlier in the arm, is its operand
         (45, "rewritten", "if/else -> torch.cond"),
+        (59, "rewritten", "select -> torch.cond"),  # `index` is unpacked first in both arms: local to them
     ]
     # `y` is bound in the arms only: no arm function of the chain takes it (it did, and eager raised
     # UnboundLocalError on the `elif` and `else` paths)
     assert "def true_fn(y)" not in change.rewritten and "(y,)" not in change.rewritten
     # `shifted` is bound before the `if` on some paths only, and no arm reads it: no operand either
     assert "shifted = torch.cond(mask.any(), true_fn, false_fn, ())" in change.rewritten
+    # `index` is bound only in the other arm of the enclosing `if` (rt_detr's post-processing): neither an operand nor
+    # a result (it was an operand, and eager raised UnboundLocalError)
+    assert "def true_fn(scores, labels):" in change.rewritten
 
 
 _ALIAS = (

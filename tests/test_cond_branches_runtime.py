@@ -445,6 +445,21 @@ def test_operands_bound_where_the_if_runs_take_every_arm_in_eager_and_in_the_exp
                 assert_identical(a, e)
 
 
+def test_a_name_bound_only_in_another_arm_of_an_enclosing_if_is_local_to_the_arms_in_eager():
+    # rt_detr's post-processing: `index` was an operand and eager raised UnboundLocalError when the topk arm ran.
+    # Export is not checked: torch.cond rejects topk's `Max(1, s)` strides (the docstring's known limit)
+    original, rewritten = _original_and_rewritten("select_bindings")
+    for args in (
+        (torch.randn(2, 5, 3, generator=torch.Generator().manual_seed(6)), torch.zeros(2, 3, 4), False),  # topk
+        (torch.randn(1, 2, 4, generator=torch.Generator().manual_seed(7)), torch.zeros(1, 3, 4), False),
+        (torch.randn(2, 5, 3, generator=torch.Generator().manual_seed(8)), torch.zeros(2, 3, 4), True),
+    ):
+        expected = original.bound_only_in_another_arm(*args)
+        actual = rewritten.bound_only_in_another_arm(*args)
+        for a, e in zip(actual, expected, strict=True):
+            assert_identical(a, e)
+
+
 def test_a_result_bound_on_some_paths_before_the_if_needs_no_value_in_eager():
     original, rewritten = _original_and_rewritten("select_bindings")
     args = (torch.tensor([[1.0, -2.0]]), torch.tensor([False, True]), False, torch.tensor(0.5))  # `shifted` unbound
