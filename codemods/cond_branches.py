@@ -15,27 +15,29 @@ What it rewrites, only in modules under `transformers.models` (or given with no 
 - `if T: raise E(...)` (the body is one `raise`, no else) ->
   `if torch.compiler.is_exporting(): torch._assert_async(<not T>, <message>)` `elif T: raise E(...)`. The message is
   the exception's when it is a literal string, else a fixed text naming the exception and the test.
-- any other `if T:` (with `else`, `elif` chains, nested `if`s) whose arms only assign local names -> each arm's
-  body is emitted ONCE as a local function (`true_fn`, `false_fn`) taking the *operands* (the results bound on every
-  path to the `if`, in source order: for an `if` inside an arm, the arm function's own operands and what the arm
-  bound before it, never a name bound in another arm of an `elif` chain; everything else, ints and floats included,
-  comes through the closure) and returning the *results* (names assigned in an arm that code outside it reads,
-  after it in its block included). Which names are bound where is a definite-assignment analysis
-  (`_bindings.bound_at`), not source order. Export calls
-  `torch.cond(<tensor form of T>, true_fn, false_fn, operands)`; eager runs the plain `if` over the same functions,
-  so eager results are bit-identical and cost one Python call more. With no `else`, the other arm is
-  `lambda x: x.clone()` (export only: torch.cond rejects an output that aliases an input). An `elif` becomes a nested
-  `if` in `false_fn` (a nested cond). When both arms end in `return`, the functions take no operands and the
-  rewritten `if` returns their result. A tensor test in the `elif` of a Python `if` is rewritten inside an `else`.
+- any other `if T:` (with `else`, `elif` chains, nested `if`s) whose arms only assign local names -> each arm's body is
+  emitted ONCE as a local function (`true_fn`, `false_fn`) taking the *operands* (the results bound on every path to
+  the `if`, in source order: for an `if` inside an arm, the arm function's own operands and what the arm bound before
+  it, never a name bound in another arm of an `elif` chain; everything else, ints and floats included, comes through
+  the closure) and returning the *results* (names assigned in an arm that code outside it reads, after it in its block
+  included). Which names are bound where is a definite-assignment analysis (`_bindings.bound_at`), not source order.
+  Export calls `torch.cond(<tensor form of T>, true_fn, false_fn, operands)`; eager runs the plain `if` over the same
+  functions, so eager results are bit-identical and cost one Python call more. With no `else`, the other arm is
+  `lambda x: x.clone()` (export only: torch.cond rejects an output that aliases an input). An `elif` becomes a nested `if` in
+  `false_fn` (a nested cond). When both arms end in `return`, the rewritten `if` returns their result (a tensor or a
+  tuple of tensors), and the functions' operands are only the names an arm rebinds after reading the value they had
+  before the `if` (`x = x * 2`; they must be bound on every path to it). A tensor test in the `elif` of a Python `if`
+  is rewritten inside an `else`.
 
 What it refuses (left unchanged, reported as `refused` with the reason): side effects in an arm (attribute or item
-writes, augmented assignment, in-place or mutating calls such as `register_buffer`, `logger`/`warnings`/`print`,
-`del`, `yield`), `break`/`continue`, loops (a data-dependent trip count), `with`/`try`; a `return` in one arm only;
-results that are None or a literal (`scale = 1.0`: torch.cond returns tensors only), a result not assigned on every
-path of an arm (it would pass its input through: an alias), a returned value that is an input unchanged, a result
-with no value before a one-armed `if` or with one on some paths only, a result that an arm reads before assigning it
-and that is not bound on every path to the `if` (the arm's function would not see it), a name an arm assigns that a
-nested function or lambda outside the arms reads or that is declared `global`/`nonlocal`; a Python condition `and`-joined to the tensor test of an `if` with an `else`;
+writes, augmented assignment, in-place or mutating calls such as `register_buffer`, `logger`/`warnings`/`print`, `del`,
+`yield`), `break`/`continue`, loops (a data-dependent trip count), `with`/`try`; a `return` in one arm only; results
+that are None or a literal (`scale = 1.0`: torch.cond returns tensors only), a result not assigned on every path of an
+arm (it would pass its input through: an alias), a returned value that is an input unchanged or a view of an input or
+of a captured tensor, returned tuples of different lengths, a result with no value before a one-armed `if` or with one
+on some paths only, a result that an arm reads before assigning it and that is not bound on every path to the `if` (the
+arm's function would not see it), a name an arm assigns that a nested function or lambda outside the arms reads or that
+is declared `global`/`nonlocal`; a Python condition `and`-joined to the tensor test of an `if` with an `else`;
 functions that already use the names `true_fn`/`false_fn`; tests that use `.item()`, `torch.equal`,
 `.any(dim)`/`.all(dim)` or mix Python and tensor conditions other than as leading `and` conjuncts.
 
@@ -1188,7 +1190,7 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
             if any(n.value == name for n in _names(function)):
                 raise _Refusal(f"the name `{name}` for a branch function is taken")
         if returning:
-            return self._returning(true_block, false_block, written, form)
+            return self._returning(original, true_block, false_block, written, form)
         if _returned_values(true_block):
             raise _Refusal("`return` in the branch")
         if false_block is not None and _returned_values(false_block):
@@ -1261,30 +1263,64 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
             shape = "elif chain -> nested torch.cond"
         return statements, shape
 
-    def _returning(self, true_block, false_block, written, form):
-        """Both arms end in `return`: each becomes a function with no operands (tensors come through the closure)."""
+    def _returning(self, original: cst.If, true_block, false_block, written, form):
+        """Both arms end in `return`: each becomes a function returning what the arm returns. Tensors come through
+        the closure; the operands are the names an arm assigns after reading the value they had before the `if`
+        (`q = q * 2`), which its function would otherwise read unbound."""
+        function = self.functions[-1]
+        arms = _original_arms(original)
+        assigned = list(dict.fromkeys(name for arm in arms for name in _assigned_names(cst.IndentedBlock(body=arm))))
+        _check_names_stay_local(function, arms, assigned)
+        operands = [name for name in assigned if any(_reads_before_assigning(arm, name) for arm in arms)]
+        if operands:
+            bound = bound_at(function, self.nested_originals.get(id(original), original))
+            for name in operands:
+                if name not in bound.definite:
+                    _check_unbound_result(name, bound, arms, one_armed=False)
+        arities = set()
         for block in (true_block, false_block):
+            views, always = _views_of_inputs(block), _always_assigned(block)
             for statement, holder in _returned_values(block):
                 value = statement.value
-                if value is None or _is_non_tensor(value):
-                    raise _Refusal(
-                        f"the branch returns the non-tensor value `{_one_line(value) if value else 'None'}`"
-                    )
-                assigned = set(_assigned_names(holder))
+                # A tuple of tensors is a pytree torch.cond returns; its items must be tensors
+                for item in _target_elements(value) if value is not None else [None]:
+                    if item is None or _is_non_tensor(item):
+                        raise _Refusal(
+                            f"the branch returns the non-tensor value `{_one_line(item) if item else 'None'}`"
+                        )
+                if isinstance(value, cst.Tuple) and not any(isinstance(e, cst.StarredElement) for e in value.elements):
+                    arities.add(len(value.elements))
+                holder_assigned = set(_assigned_names(holder))
                 for element in _target_elements(value):
-                    if isinstance(element, cst.Name) and element.value not in assigned:
+                    root = _view_root(element)
+                    if root is None:
+                        continue  # a tensor the arm computes
+                    assigned = root in holder_assigned or root in always
+                    if isinstance(element, cst.Name) and not assigned:
                         raise _Refusal(
                             f"the branch returns `{element.value}` unchanged, which torch.cond cannot alias"
                         )
+                    # A view of a tensor the arm computed is its own; of an input (an operand it did not assign
+                    # anew on every path, a captured tensor) it is an alias
+                    if root in views or not assigned or (root in operands and root not in always):
+                        raise _Refusal(
+                            f"the branch returns `{_one_line(element)}`, which may be a view of "
+                            f"`{views.get(root, root)}`: torch.cond cannot alias an input"
+                        )
+        if len(arities) > 1:
+            raise _Refusal("the arms return tuples of different lengths: torch.cond needs the same structure")
+        parameters = ", ".join(operands)
+        operands_code = f"({parameters},)" if len(operands) == 1 else f"({parameters})"
+        params = cst.parse_statement(f"def f({parameters}): pass").params
         statements = [
-            cst.FunctionDef(name=cst.Name("true_fn"), params=cst.Parameters(), body=true_block),
-            cst.FunctionDef(name=cst.Name("false_fn"), params=cst.Parameters(), body=false_block),
+            cst.FunctionDef(name=cst.Name("true_fn"), params=params, body=true_block),
+            cst.FunctionDef(name=cst.Name("false_fn"), params=params, body=false_block),
         ]
-        export = cst.parse_statement(f"return torch.cond({form.code}, true_fn, false_fn, ())")
+        export = cst.parse_statement(f"return torch.cond({form.code}, true_fn, false_fn, {operands_code})")
         eager = cst.If(
             test=_parenthesized(written),
-            body=cst.IndentedBlock(body=[cst.parse_statement("return true_fn()")]),
-            orelse=cst.Else(body=cst.IndentedBlock(body=[cst.parse_statement("return false_fn()")])),
+            body=cst.IndentedBlock(body=[cst.parse_statement(f"return true_fn({parameters})")]),
+            orelse=cst.Else(body=cst.IndentedBlock(body=[cst.parse_statement(f"return false_fn({parameters})")])),
         )
         statements.append(
             cst.If(test=cst.parse_expression(IS_EXPORTING), body=cst.IndentedBlock(body=[export]), orelse=eager)

@@ -203,6 +203,18 @@ def test_cond_branches_operands_are_the_results_bound_where_the_if_runs():
     assert "def true_fn(scores, labels):" in change.rewritten
 
 
+def test_cond_branches_passes_returning_arms_the_names_they_rebind_after_reading():
+    change, findings = _cond_findings("select_returns")
+    assert [(line, kind, reason) for line, kind, _, reason in findings] == [
+        (5, "rewritten", "return -> torch.cond"),
+        (13, "rewritten", "return -> torch.cond"),
+    ]
+    # `hidden_states = hidden_states * 2` in an arm: its function reads the value from before the `if` as an operand
+    # (it read it from the closure, where the assignment made it a local: UnboundLocalError in eager)
+    assert "return torch.cond(mask.any(), true_fn, false_fn, (hidden_states,))" in change.rewritten
+    assert "return torch.cond(mask.any(), true_fn, false_fn, ())" in change.rewritten  # a pair, nothing rebound
+
+
 _ALIAS = (
     "is not assigned on every path of an arm: that arm would return its input unchanged, which torch.cond cannot alias"
 )
@@ -316,6 +328,24 @@ def test_cond_branches_reports_every_shape_it_rewrites():
                     "assignment",
                 ),
                 (33, "mask.any()", "`LAST` is declared `global` or `nonlocal`: the arm's function would bind a local"),
+            ],
+        ),
+        (
+            "refuse_returns",
+            [
+                (
+                    5,
+                    "mask.any()",
+                    "the branch returns `hidden_states.transpose(0, 1)`, which may be a view of `hidden_states`: "
+                    "torch.cond cannot alias an input",
+                ),
+                (12, "mask.any()", "the arms return tuples of different lengths: torch.cond needs the same structure"),
+                (
+                    21,
+                    "mask.any()",
+                    "an arm reads `factor` before assigning it, and `factor` has a value before the branch on some "
+                    "paths only: the arm's function would not see it",
+                ),
             ],
         ),
         ("no_torch_import", [(6, "hidden_states.isnan().any()", "the module does not `import torch`")]),

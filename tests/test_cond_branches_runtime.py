@@ -445,6 +445,35 @@ def test_operands_bound_where_the_if_runs_take_every_arm_in_eager_and_in_the_exp
                 assert_identical(a, e)
 
 
+RETURN_CASES = [
+    # function, traced input, inputs that take each arm (and other sizes)
+    (
+        "arm_rebinds_what_it_reads",
+        (torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), torch.tensor([True, False])),
+        [(torch.tensor([[0.5, 2.0]]), torch.tensor([False, False, False])), (torch.ones(3, 1), torch.ones(1) > 0)],
+    ),
+    (
+        "returns_a_pair",
+        (torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), torch.tensor([False, True])),
+        [(torch.tensor([[0.5, 2.0]]), torch.tensor([False, False, False]))],
+    ),
+]
+
+
+@pytest.mark.parametrize("name, traced, arms", RETURN_CASES, ids=[c[0] for c in RETURN_CASES])
+def test_returning_arms_take_every_arm_in_eager_and_in_the_exported_program(name, traced, arms):
+    original, rewritten = _original_and_rewritten("select_returns")
+    before, after = getattr(original, name), getattr(rewritten, name)
+    program = _export(_Call(after), traced)
+    assert _conds(program) == 1
+    for args in (traced, *arms):
+        expected = _flat(before(*args))
+        for actual in (_flat(after(*args)), _flat(program.module()(*args))):
+            assert len(actual) == len(expected)
+            for a, e in zip(actual, expected):
+                assert_identical(a, e)
+
+
 def test_a_name_bound_only_in_another_arm_of_an_enclosing_if_is_local_to_the_arms_in_eager():
     # rt_detr's post-processing: `index` was an operand and eager raised UnboundLocalError when the topk arm ran.
     # Export is not checked: torch.cond rejects topk's `Max(1, s)` strides (the docstring's known limit)
