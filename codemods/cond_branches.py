@@ -15,19 +15,25 @@ What it rewrites, only in modules under `transformers.models` (or given with no 
 - `if T: raise E(...)` (the body is one `raise`, no else) ->
   `if torch.compiler.is_exporting(): torch._assert_async(<not T>, <message>)` `elif T: raise E(...)`. The message is
   the exception's when it is a literal string, else a fixed text naming the exception and the test.
-- any other `if T:` (with `else`, `elif` chains, nested `if`s) whose arms only assign local names -> each arm's body is
-  emitted ONCE as a local function (`true_fn`, `false_fn`) taking the *operands* (the results bound on every path to
-  the `if`, in source order: for an `if` inside an arm, the arm function's own operands and what the arm bound before
-  it, never a name bound in another arm of an `elif` chain; everything else, ints and floats included, comes through
-  the closure) and returning the *results* (names assigned in an arm that code outside it reads, after it in its block
-  included). Which names are bound where is a definite-assignment analysis (`_bindings.bound_at`), not source order.
-  Export calls `torch.cond(<tensor form of T>, true_fn, false_fn, operands)`; eager runs the plain `if` over the same
-  functions, so eager results are bit-identical and cost one Python call more. With no `else`, the other arm is
-  `lambda x: x.clone()` (export only: torch.cond rejects an output that aliases an input). An `elif` becomes a nested `if` in
-  `false_fn` (a nested cond). When both arms end in `return`, the rewritten `if` returns their result (a tensor or a
-  tuple of tensors), and the functions' operands are only the names an arm rebinds after reading the value they had
-  before the `if` (`x = x * 2`; they must be bound on every path to it). A tensor test in the `elif` of a Python `if`
-  is rewritten inside an `else`.
+- any other `if T:` (with `else`, `elif` chains, nested `if`s) whose arms only assign local names -> each arm's body
+  is emitted ONCE as a local function (`true_fn`, `false_fn`) taking the *operands* (the results bound on every path
+  to the `if`, in source order: for an `if` inside an arm, the arm function's own operands and what the arm bound
+  before it, never a name bound in another arm of an `elif` chain; everything else, ints and floats included, comes
+  through the closure) and returning the *results* (names assigned in an arm that code outside it reads, after it in
+  its block included). Which names are bound where is a definite-assignment analysis (`_bindings.bound_at`), not
+  source order. Export calls `torch.cond(<tensor form of T>, true_fn, false_fn, operands)`; eager runs the plain `if`
+  over the same functions, so eager results are bit-identical and cost one Python call more. With no `else`, the other
+  arm is `lambda x: x.clone()` (export only: torch.cond rejects an output that aliases an input). An `elif` becomes a
+  nested `if` in `false_fn` (a nested cond). When both arms end in `return`, the rewritten `if` returns their result
+  (a tensor or a tuple of tensors), and the functions' operands are only the names an arm rebinds after reading the
+  value they had before the `if` (`x = x * 2`; they must be bound on every path to it). A tensor test in the `elif` of
+  a Python `if` is rewritten inside an `else`.
+- an early return, `if T:` (no `else`) whose body ends in `return`, followed in its block by statements that end in
+  `return` on every path: those statements are its `else` arm (that is what they are), under the same arm rules, and
+  the pair is rewritten as above (`false_fn` holds them, emitted once). So `if q.shape[1] == 1: return q + k` then
+  `return q * k` keeps both arms in the exported program instead of baking in the traced one. Refused with the
+  reason prefixed `early return:` like any arm (a loop, a side effect, an input returned unchanged or as a view, ...),
+  and when a Python condition is `and`-joined to the test (the statements after the `if` would be the `else` of both).
 
 What it refuses (left unchanged, reported as `refused` with the reason): side effects in an arm (attribute or item
 writes, augmented assignment, in-place or mutating calls such as `register_buffer`, `logger`/`warnings`/`print`, `del`,
@@ -1050,6 +1056,10 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
         self.elifs: set[int] = set()  # `elif` arms: rewritten as part of the `if` that holds them
         self.nested_originals: dict[int, cst.If] = {}  # an `elif` made a standalone `if` -> the node as written
         self.rewrites = 0  # `if`s replaced
+        # `if T: ...; return A` (no else) followed in its block by statements that end in `return`: the ids of those
+        # `if`s as written, and (by the id of the node the visit leaves in the block) those rewritten with the block
+        self.early_return_ifs: set[int] = set()
+        self.deferred: dict[int, cst.If] = {}
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         super().visit_FunctionDef(node)
@@ -1074,10 +1084,61 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
 
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
         self.depth += 1
+        body = node.body
+        for index in range(len(body) - 1):
+            stmt = body[index]
+            if type(stmt) is cst.If and stmt.orelse is None and _ends_in_return(stmt.body):
+                if _ends_in_return(cst.IndentedBlock(body=body[index + 1 :])):
+                    self.early_return_ifs.add(id(stmt))
 
     def leave_IndentedBlock(self, original_node, updated_node):
+        if self.deferred:
+            updated_node = self._early_returns(original_node, updated_node)
         self.depth -= 1
         return _blank_lines_before_branch_functions(updated_node)
+
+    def _early_returns(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
+        """`updated` with each early return of it that `leave_If` deferred rewritten together with the statements
+        after it, its `else` arm; the last first, so an earlier one's arm holds a later one rewritten."""
+        body, changed = list(updated.body), False
+        for index in range(len(body) - 1, -1, -1):
+            written = self.deferred.pop(id(body[index]), None)
+            if written is None:
+                continue
+            position = next(i for i, stmt in enumerate(original.body) if stmt is written)
+            replacement = self._early_return(written, body[index], original.body[position + 1 :], body[index + 1 :])
+            if replacement is not None:
+                body[index:] = replacement
+                changed = True
+        return updated.with_changes(body=body) if changed else updated
+
+    def _early_return(self, written: cst.If, updated: cst.If, tail_written, tail_updated):
+        """The statements that replace an early return and the rest of its block (`if T: ...; return A` then
+        `...; return B` is `if T: ...; return A` `else: ...; return B`), or None (refused and reported)."""
+        line = self.first_line - 1 + self.if_lines[id(written)]
+        construct = _one_line(written.test)
+        original = written.with_changes(orelse=cst.Else(body=cst.IndentedBlock(body=list(tail_written))))
+        self.nested_originals[id(original)] = written
+        tail = list(tail_updated)
+        # The blank lines that set the statements apart from the `if` would open `false_fn`; comments stay
+        tail[0] = tail[0].with_changes(leading_lines=[line for line in tail[0].leading_lines if line.comment])
+        whole = updated.with_changes(orelse=cst.Else(body=cst.IndentedBlock(body=tail)))
+        try:
+            if _split_test(written.test, self.shapes[-1])[0] is not None:
+                raise _Refusal(
+                    "a Python condition `and`-joined to the tensor test: the statements after the `if` run when "
+                    "either is false, so they would be the `else` arm of both"
+                )
+            statements, _ = self._rewrite(original, whole)
+            formatted = _formatted_block(statements, self.depth, self.indent).body
+        except _Refusal as refusal:
+            why = self.codemod.site_whys.get((".".join(self.scopes), construct))
+            reason = f"early return: {refusal}"
+            self.codemod.report(line, "refused", construct, f"{reason}; {why}" if why else reason)
+            return None
+        self.codemod.report(line, "rewritten", construct, "early return -> torch.cond")
+        self.rewrites += 1
+        return [formatted[0].with_changes(leading_lines=updated.leading_lines), *formatted[1:]]
 
     def visit_If(self, node: cst.If) -> None:
         if m.matches(node.test, m.Call(func=m.Attribute(attr=m.Name("is_exporting")))) and node.orelse is not None:
@@ -1100,6 +1161,10 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
         if all(_data_dependent_call(test, shapes) is None for test in tests):
             return updated_node
         site = original_node if _data_dependent_call(original_node.test, shapes) is not None else original_node.orelse
+        if site is original_node and id(original_node) in self.early_return_ifs:
+            # The statements after it are its `else` arm: rewritten with the block that holds them all
+            self.deferred[id(updated_node)] = original_node
+            return updated_node
         line = self.first_line - 1 + self.if_lines[id(site)]
         construct = _one_line(site.test)
         try:

@@ -215,6 +215,21 @@ def test_cond_branches_passes_returning_arms_the_names_they_rebind_after_reading
     assert "return torch.cond(mask.any(), true_fn, false_fn, ())" in change.rewritten  # a pair, nothing rebound
 
 
+def test_cond_branches_rewrites_an_early_return_with_the_rest_of_its_block_as_the_else_arm():
+    change, findings = _cond_findings("select_early_return")
+    assert [(line, kind, construct, reason) for line, kind, construct, reason in findings] == [
+        (5, "rewritten", "query.shape[1] == 1", "early return -> torch.cond"),
+        (11, "rewritten", "mask.any()", "early return -> torch.cond"),
+        (21, "rewritten", "(hidden_states > 1).all()", "early return -> torch.cond"),
+        (30, "rewritten", "(hidden_states > 2).all()", "early return -> torch.cond"),
+        (32, "rewritten", "mask.any()", "early return -> torch.cond"),  # inside the first one's `false_fn`
+        (39, "rewritten", "mask.all()", "early return -> torch.cond"),  # in a Python `if` whose block ends in return
+    ]
+    # the size test is a cond on the SymBool, and each arm is emitted once
+    assert "return torch.cond(query.shape[1] == 1, true_fn, false_fn, ())" in change.rewritten
+    assert change.rewritten.count("hidden_states = hidden_states * 3") == 1
+
+
 _ALIAS = (
     "is not assigned on every path of an arm: that arm would return its input unchanged, which torch.cond cannot alias"
 )
@@ -245,7 +260,17 @@ def test_cond_branches_reports_every_shape_it_rewrites():
             "refuse_attribute_write",
             [(7, "torch.isnan(hidden_states).any()", "the branch writes the attribute `self.saw_nan`")],
         ),
-        ("refuse_return", [(6, "cache.is_initialized and blank_mask.all()", "`return` in the branch")]),
+        (
+            "refuse_return",
+            [
+                (
+                    6,
+                    "cache.is_initialized and blank_mask.all()",
+                    "early return: a Python condition `and`-joined to the tensor test: the statements after the `if` "
+                    "run when either is false, so they would be the `else` arm of both",
+                )
+            ],
+        ),
         (
             "refuse_logger",
             [(9, "(input_ids[:, -1] == pad_token_id).any()", "the branch calls `logger.warning` (a side effect)")],
@@ -345,6 +370,24 @@ def test_cond_branches_reports_every_shape_it_rewrites():
                     "mask.any()",
                     "an arm reads `factor` before assigning it, and `factor` has a value before the branch on some "
                     "paths only: the arm's function would not see it",
+                ),
+            ],
+        ),
+        (
+            "refuse_early_return",
+            [
+                (
+                    6,
+                    "batch_size == 1",
+                    "early return: the branch returns `pred_masks` unchanged, which torch.cond cannot alias",
+                ),
+                (12, "mask.any()", "early return: a loop in the branch"),
+                (20, "mask.any()", "early return: the branch assigns to `hidden_states[mask]` in place"),
+                (
+                    27,
+                    "query.shape[1] == 1",
+                    "early return: the branch returns `query.transpose(1, 2)`, which may be a view of `query`: "
+                    "torch.cond cannot alias an input",
                 ),
             ],
         ),

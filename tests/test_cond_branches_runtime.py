@@ -474,6 +474,50 @@ def test_returning_arms_take_every_arm_in_eager_and_in_the_exported_program(name
                 assert_identical(a, e)
 
 
+_H = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+EARLY_RETURN_CASES = [
+    # function, constants, traced input, inputs that take each arm (and other sizes), conds in the program
+    ("any_masked", (), (_H, _H > 5), [(_H[:1], _H[:1] > 9), (_H.T, _H.T < 2)], 1),
+    ("tail_rebinds_what_it_reads", (), (_H, _H > 0), [(_H * 0.1, _H > 0), (_H[:, :2], _H[:, :2] > 0)], 1),
+    (
+        "two_early_returns",
+        (),
+        (_H, _H > 5),
+        [(_H + 2, _H > 9), (_H - 3, _H > 9), (_H[:1] - 3, _H[:1] > 0)],  # first arm, else of both, second arm
+        2,
+    ),
+    ("early_return_in_a_python_branch", (True,), (_H, _H > 5), [(_H[:1], _H[:1] > 0), (_H.T, _H.T > 0)], 1),
+]
+
+
+@pytest.mark.parametrize(
+    "name, constants, traced, arms, conds", EARLY_RETURN_CASES, ids=[c[0] for c in EARLY_RETURN_CASES]
+)
+def test_early_return_takes_every_arm_in_eager_and_in_the_exported_program(name, constants, traced, arms, conds):
+    original, rewritten = _original_and_rewritten("select_early_return")
+    before, after = getattr(original, name), getattr(rewritten, name)
+    program = _export(_Call(after, *constants), traced)
+    assert _conds(program) == conds
+    for args in (traced, *arms):
+        expected = before(*args, *constants)
+        assert_identical(after(*args, *constants), expected)
+        assert_identical(program.module()(*args), expected)
+
+
+def test_early_return_size_test_exported_at_one_size_is_right_at_the_other():
+    original, rewritten = _original_and_rewritten("select_early_return")
+    traced, single = (_Q, _K[:, :3]), (_Q[:, :1], _K[:, :1])
+    # Why the rewrite: the original exports with no guard and is wrong at size 1
+    specialised = _export(_Call(original.single_step_or_sequence), traced)
+    assert not torch.equal(specialised.module()(*single), original.single_step_or_sequence(*single))
+    program = _export(_Call(rewritten.single_step_or_sequence), traced)
+    assert _conds(program) == 1
+    for args in (traced, single, (_Q[:1, :2], _K[:1, :2]), (_Q[:1, :1], _K[:1, :1])):
+        expected = original.single_step_or_sequence(*args)
+        assert_identical(rewritten.single_step_or_sequence(*args), expected)
+        assert_identical(program.module()(*args), expected)
+
+
 def test_a_name_bound_only_in_another_arm_of_an_enclosing_if_is_local_to_the_arms_in_eager():
     # rt_detr's post-processing: `index` was an operand and eager raised UnboundLocalError when the topk arm ran.
     # Export is not checked: torch.cond rejects topk's `Max(1, s)` strides (the docstring's known limit)
