@@ -15,22 +15,35 @@ What it rewrites, only in modules under `transformers.models` (or given with no 
 - `if T: raise E(...)` (the body is one `raise`, no else) ->
   `if torch.compiler.is_exporting(): torch._assert_async(<not T>, <message>)` `elif T: raise E(...)`. The message is
   the exception's when it is a literal string, else a fixed text naming the exception and the test.
-- any other `if T:` (with `else`, `elif` chains, nested `if`s) whose arms only assign local names -> each arm's
-  body is emitted ONCE as a local function (`true_fn`, `false_fn`) taking the *operands* (the results that have a
-  value before the `if`, in source order; everything else, ints and floats included, comes through the closure) and
-  returning the *results* (names assigned in an arm that code outside it reads). Export calls
-  `torch.cond(<tensor form of T>, true_fn, false_fn, operands)`; eager runs the plain `if` over the same functions,
-  so eager results are bit-identical and cost one Python call more. With no `else`, the other arm is
-  `lambda x: x.clone()` (export only: torch.cond rejects an output that aliases an input). An `elif` becomes a nested
-  `if` in `false_fn` (a nested cond). When both arms end in `return`, the functions take no operands and the
-  rewritten `if` returns their result. A tensor test in the `elif` of a Python `if` is rewritten inside an `else`.
+- any other `if T:` (with `else`, `elif` chains, nested `if`s) whose arms only assign local names -> each arm's body
+  is emitted ONCE as a local function (`true_fn`, `false_fn`) taking the *operands* (the results bound on every path
+  to the `if`, in source order: for an `if` inside an arm, the arm function's own operands and what the arm bound
+  before it, never a name bound in another arm of an `elif` chain; everything else, ints and floats included, comes
+  through the closure) and returning the *results* (names assigned in an arm that code outside it reads, after it in
+  its block included). Which names are bound where is a definite-assignment analysis (`_bindings.bound_at`), not
+  source order. Export calls `torch.cond(<tensor form of T>, true_fn, false_fn, operands)`; eager runs the plain `if`
+  over the same functions, so eager results are bit-identical and cost one Python call more. With no `else`, the other
+  arm is `lambda x: x.clone()` (export only: torch.cond rejects an output that aliases an input). An `elif` becomes a
+  nested `if` in `false_fn` (a nested cond). When both arms end in `return`, the rewritten `if` returns their result
+  (a tensor or a tuple of tensors), and the functions' operands are only the names an arm rebinds after reading the
+  value they had before the `if` (`x = x * 2`; they must be bound on every path to it). A tensor test in the `elif` of
+  a Python `if` is rewritten inside an `else`.
+- an early return, `if T:` (no `else`) whose body ends in `return`, followed in its block by statements that end in
+  `return` on every path: those statements are its `else` arm (that is what they are), under the same arm rules, and
+  the pair is rewritten as above (`false_fn` holds them, emitted once). So `if q.shape[1] == 1: return q + k` then
+  `return q * k` keeps both arms in the exported program instead of baking in the traced one. Refused with the
+  reason prefixed `early return:` like any arm (a loop, a side effect, an input returned unchanged or as a view, ...),
+  and when a Python condition is `and`-joined to the test (the statements after the `if` would be the `else` of both).
 
 What it refuses (left unchanged, reported as `refused` with the reason): side effects in an arm (attribute or item
-writes, augmented assignment, in-place or mutating calls such as `register_buffer`, `logger`/`warnings`/`print`,
-`del`, `yield`), `break`/`continue`, loops (a data-dependent trip count), `with`/`try`; a `return` in one arm only;
-results that are None or a literal (`scale = 1.0`: torch.cond returns tensors only), a result not assigned on every
-path of an arm (it would pass its input through: an alias), a returned value that is an input unchanged, a result
-with no value before a one-armed `if`; a Python condition `and`-joined to the tensor test of an `if` with an `else`;
+writes, augmented assignment, in-place or mutating calls such as `register_buffer`, `logger`/`warnings`/`print`, `del`,
+`yield`), `break`/`continue`, loops (a data-dependent trip count), `with`/`try`; a `return` in one arm only; results
+that are None or a literal (`scale = 1.0`: torch.cond returns tensors only), a result not assigned on every path of an
+arm (it would pass its input through: an alias), a returned value that is an input unchanged or a view of an input or
+of a captured tensor, returned tuples of different lengths, a result with no value before a one-armed `if` or with one
+on some paths only, a result that an arm reads before assigning it and that is not bound on every path to the `if` (the
+arm's function would not see it), a name an arm assigns that a nested function or lambda outside the arms reads or that
+is declared `global`/`nonlocal`; a Python condition `and`-joined to the tensor test of an `if` with an `else`;
 functions that already use the names `true_fn`/`false_fn`; tests that use `.item()`, `torch.equal`,
 `.any(dim)`/`.all(dim)` or mix Python and tensor conditions other than as leading `and` conjuncts.
 
@@ -71,7 +84,8 @@ import libcst.matchers as m
 
 from .base import LINE_LENGTH, Codemod
 from ._statement_codes import NodeLineState
-from ._walks import child_nodes, statement_children, walk_statements
+from ._bindings import Binding, bound_anywhere, bound_at, parameter_names, target_names
+from ._walks import child_nodes, nodes_in, statement_children, walk_statements
 
 IS_EXPORTING = "torch.compiler.is_exporting()"
 _REDUCTIONS = frozenset({"any", "all"})
@@ -547,18 +561,6 @@ class _Names(cst.CSTVisitor):
         return False
 
 
-class _NamesBefore(_Names):
-    """The variable names that come before `stop` in source order."""
-
-    def __init__(self, stop: cst.CSTNode):
-        super().__init__()
-        self.stop, self.stopped = stop, False
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        self.stopped = self.stopped or node is self.stop
-        return not self.stopped and super().on_visit(node)
-
-
 @functools.lru_cache(maxsize=1024)  # `_branch_local` asks the same blocks and function once per result name
 def _names(node: cst.CSTNode) -> tuple[cst.Name, ...]:
     visitor = _Names()
@@ -572,7 +574,8 @@ def _ifs(function: cst.FunctionDef) -> tuple[cst.If, ...]:
 
 
 def _assigned_first(block: cst.IndentedBlock, name: str) -> bool:
-    """Whether the first top-level statement of `block` that mentions `name` is `name = <expression without it>`."""
+    """Whether the first top-level statement of `block` that mentions `name` is `name = <expression without it>`
+    (or an unpacking into names among which it is, `scores, name = torch.topk(...)`)."""
     for stmt in block.body:
         if not any(n.value == name for n in _names(stmt)):
             continue
@@ -582,10 +585,20 @@ def _assigned_first(block: cst.IndentedBlock, name: str) -> bool:
         return (
             isinstance(assign, cst.Assign)
             and len(assign.targets) == 1
-            and m.matches(assign.targets[0].target, m.Name(name))
+            and _unpacks_into_names(assign.targets[0].target)
+            and name in target_names(assign.targets[0].target)
             and not any(n.value == name for n in _names(assign.value))
         )
     return False
+
+
+def _unpacks_into_names(target: cst.BaseExpression) -> bool:
+    """`a`, `a, b`, `(a, [b, *c])`: a target that binds names only (no attribute or item)."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return all(_unpacks_into_names(element.value) for element in target.elements)
+    if isinstance(target, cst.StarredElement):
+        return _unpacks_into_names(target.value)
+    return isinstance(target, cst.Name)
 
 
 def _if_parts(node: cst.If) -> tuple[list[cst.BaseExpression], list[cst.BaseSuite]]:
@@ -599,16 +612,31 @@ def _if_parts(node: cst.If) -> tuple[list[cst.BaseExpression], list[cst.BaseSuit
     return tests, blocks
 
 
-def _branch_local(function: cst.FunctionDef, name: str) -> bool:
+def _branch_local(function: cst.FunctionDef, name: str, site: cst.If) -> bool:
     """Whether every use of `name` in `function` is inside an `if`/`else` block that assigns it first, so no value
-    of it flows from one block to another (or out of the branch)."""
+    of it flows from one block to another (or out of the branch `site`). A block around `site` does not count: the
+    statements after `site` in it read what `site` assigned (`z = x * 2`, then `if T: z = z / 2`, then `y = z`)."""
+    around = _blocks_around(function, site)
     covered = set()
     for node in _ifs(function):
         blocks = [node.body] + ([node.orelse.body] if isinstance(node.orelse, cst.Else) else [])
         for block in blocks:
-            if isinstance(block, cst.IndentedBlock) and _assigned_first(block, name):
+            if isinstance(block, cst.IndentedBlock) and id(block) not in around and _assigned_first(block, name):
                 covered.update(id(n) for n in _names(block) if n.value == name)
     return all(id(n) in covered for n in _names(function) if n.value == name)
+
+
+def _blocks_around(function: cst.FunctionDef, site: cst.CSTNode) -> frozenset[int]:
+    """The ids of the blocks of `function` that hold `site` (at any depth)."""
+    pending = [(function, ())]
+    while pending:
+        node, blocks = pending.pop()
+        if node is site:
+            return frozenset(blocks)
+        if isinstance(node, cst.IndentedBlock):
+            blocks = (*blocks, id(node))
+        pending.extend((child, blocks) for child in statement_children(node))
+    return frozenset()
 
 
 def _is_side_effect_call(call: cst.Call) -> str | None:
@@ -860,6 +888,89 @@ def _returned_values(block: cst.BaseSuite) -> list[tuple[cst.Return, cst.BaseSui
     return found
 
 
+def _original_arms(node: cst.If) -> list[list[cst.BaseStatement]]:
+    """The statements of each arm of `node` as written; an `elif` is one `if` statement in the `else` arm."""
+    arms = [list(node.body.body)]
+    if isinstance(node.orelse, cst.Else):
+        arms.append(list(node.orelse.body.body))
+    elif isinstance(node.orelse, cst.If):
+        arms.append([node.orelse])
+    return arms
+
+
+def _reads_before_assigning(statements: list[cst.BaseStatement], name: str) -> bool:
+    """Whether a path through `statements` (what an arm may hold: simple statements and `if`s) reads `name` before
+    it assigns it, i.e. reads the value `name` had before the arm."""
+    for stmt in statements:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                read = small.value if isinstance(small, (cst.Assign, cst.Return)) else small
+                if read is not None and any(n.value == name for n in _names(read)):
+                    return True
+                if isinstance(small, cst.Assign) and any(
+                    name in target_names(target.target) for target in small.targets
+                ):
+                    return False
+        elif isinstance(stmt, cst.If):
+            tests, blocks = _if_parts(stmt)
+            if any(n.value == name for test in tests for n in _names(test)):
+                return True
+            if any(_reads_before_assigning(list(block.body), name) for block in blocks):
+                return True
+            if name in _always_assigned(cst.IndentedBlock(body=[stmt])):
+                return False
+        elif any(n.value == name for n in _names(stmt)):
+            return True  # not an arm's statement (refused anyway): assume it reads
+    return False
+
+
+def _check_unbound_result(name: str, bound: Binding, arms: list[list[cst.BaseStatement]], one_armed: bool) -> None:
+    """Raises `_Refusal` unless result `name`, which is not bound on every path to the `if` (so no operand), is
+    right without one: an arm function assigns it, so it is local there, and reading it before must not happen."""
+    some_paths = name in bound.possible
+    where = "a value before the branch on some paths only" if some_paths else "no value before the branch"
+    if one_armed:
+        if some_paths:
+            raise _Refusal(
+                f"`{name}` has a value before the branch on some paths only, so the other arm may have nothing to "
+                "return"
+            )
+        raise _Refusal(f"`{name}` has no value before the branch, so the other arm has nothing to return")
+    if any(_reads_before_assigning(arm, name) for arm in arms):
+        raise _Refusal(
+            f"an arm reads `{name}` before assigning it, and `{name}` has {where}: the arm's function would not "
+            "see it"
+        )
+
+
+def _check_names_stay_local(function: cst.FunctionDef, arms: list[list[cst.BaseStatement]], names: list[str]) -> None:
+    """Raises `_Refusal` when a name the arms assign is not a plain local of `function`: declared `global` or
+    `nonlocal`, or read by a nested function or lambda defined outside the arms, which would keep reading the
+    function's variable while the arm's function assigns its own."""
+    inside = {id(node) for arm in arms for stmt in arm for node in nodes_in(stmt, _is_scope)}
+    declared = set()
+    for node in nodes_in(function.body, lambda n: type(n) in (cst.Global, cst.Nonlocal, cst.FunctionDef, cst.Lambda)):
+        if type(node) in (cst.Global, cst.Nonlocal):
+            declared.update(item.name.value for item in node.names)
+        elif id(node) not in inside:
+            own = set(parameter_names(node.params))
+            if type(node) is cst.FunctionDef:
+                own |= bound_anywhere(node.body.body if isinstance(node.body, cst.IndentedBlock) else [])
+            for name in names:
+                if name not in own and any(n.value == name for n in _names(node)):
+                    raise _Refusal(
+                        f"`{name}` is read by a nested function outside the branch, which would not see the arm's "
+                        "assignment"
+                    )
+    for name in names:
+        if name in declared:
+            raise _Refusal(f"`{name}` is declared `global` or `nonlocal`: the arm's function would bind a local")
+
+
+def _is_scope(node: cst.CSTNode) -> bool:
+    return type(node) in (cst.FunctionDef, cst.Lambda)
+
+
 class _Statements:
     """Mixin: visit statements only. `if` statements never hide inside simple statements or expressions, and
     skipping those makes a pass over a 3,000-line modeling file several times cheaper."""
@@ -945,6 +1056,10 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
         self.elifs: set[int] = set()  # `elif` arms: rewritten as part of the `if` that holds them
         self.nested_originals: dict[int, cst.If] = {}  # an `elif` made a standalone `if` -> the node as written
         self.rewrites = 0  # `if`s replaced
+        # `if T: ...; return A` (no else) followed in its block by statements that end in `return`: the ids of those
+        # `if`s as written, and (by the id of the node the visit leaves in the block) those rewritten with the block
+        self.early_return_ifs: set[int] = set()
+        self.deferred: dict[int, cst.If] = {}
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         super().visit_FunctionDef(node)
@@ -969,10 +1084,61 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
 
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
         self.depth += 1
+        body = node.body
+        for index in range(len(body) - 1):
+            stmt = body[index]
+            if type(stmt) is cst.If and stmt.orelse is None and _ends_in_return(stmt.body):
+                if _ends_in_return(cst.IndentedBlock(body=body[index + 1 :])):
+                    self.early_return_ifs.add(id(stmt))
 
     def leave_IndentedBlock(self, original_node, updated_node):
+        if self.deferred:
+            updated_node = self._early_returns(original_node, updated_node)
         self.depth -= 1
         return _blank_lines_before_branch_functions(updated_node)
+
+    def _early_returns(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
+        """`updated` with each early return of it that `leave_If` deferred rewritten together with the statements
+        after it, its `else` arm; the last first, so an earlier one's arm holds a later one rewritten."""
+        body, changed = list(updated.body), False
+        for index in range(len(body) - 1, -1, -1):
+            written = self.deferred.pop(id(body[index]), None)
+            if written is None:
+                continue
+            position = next(i for i, stmt in enumerate(original.body) if stmt is written)
+            replacement = self._early_return(written, body[index], original.body[position + 1 :], body[index + 1 :])
+            if replacement is not None:
+                body[index:] = replacement
+                changed = True
+        return updated.with_changes(body=body) if changed else updated
+
+    def _early_return(self, written: cst.If, updated: cst.If, tail_written, tail_updated):
+        """The statements that replace an early return and the rest of its block (`if T: ...; return A` then
+        `...; return B` is `if T: ...; return A` `else: ...; return B`), or None (refused and reported)."""
+        line = self.first_line - 1 + self.if_lines[id(written)]
+        construct = _one_line(written.test)
+        original = written.with_changes(orelse=cst.Else(body=cst.IndentedBlock(body=list(tail_written))))
+        self.nested_originals[id(original)] = written
+        tail = list(tail_updated)
+        # The blank lines that set the statements apart from the `if` would open `false_fn`; comments stay
+        tail[0] = tail[0].with_changes(leading_lines=[line for line in tail[0].leading_lines if line.comment])
+        whole = updated.with_changes(orelse=cst.Else(body=cst.IndentedBlock(body=tail)))
+        try:
+            if _split_test(written.test, self.shapes[-1])[0] is not None:
+                raise _Refusal(
+                    "a Python condition `and`-joined to the tensor test: the statements after the `if` run when "
+                    "either is false, so they would be the `else` arm of both"
+                )
+            statements, _ = self._rewrite(original, whole)
+            formatted = _formatted_block(statements, self.depth, self.indent).body
+        except _Refusal as refusal:
+            why = self.codemod.site_whys.get((".".join(self.scopes), construct))
+            reason = f"early return: {refusal}"
+            self.codemod.report(line, "refused", construct, f"{reason}; {why}" if why else reason)
+            return None
+        self.codemod.report(line, "rewritten", construct, "early return -> torch.cond")
+        self.rewrites += 1
+        return [formatted[0].with_changes(leading_lines=updated.leading_lines), *formatted[1:]]
 
     def visit_If(self, node: cst.If) -> None:
         if m.matches(node.test, m.Call(func=m.Attribute(attr=m.Name("is_exporting")))) and node.orelse is not None:
@@ -995,6 +1161,10 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
         if all(_data_dependent_call(test, shapes) is None for test in tests):
             return updated_node
         site = original_node if _data_dependent_call(original_node.test, shapes) is not None else original_node.orelse
+        if site is original_node and id(original_node) in self.early_return_ifs:
+            # The statements after it are its `else` arm: rewritten with the block that holds them all
+            self.deferred[id(updated_node)] = original_node
+            return updated_node
         line = self.first_line - 1 + self.if_lines[id(site)]
         construct = _one_line(site.test)
         try:
@@ -1085,17 +1255,17 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
             if any(n.value == name for n in _names(function)):
                 raise _Refusal(f"the name `{name}` for a branch function is taken")
         if returning:
-            return self._returning(true_block, false_block, written, form)
+            return self._returning(original, true_block, false_block, written, form)
         if _returned_values(true_block):
             raise _Refusal("`return` in the branch")
         if false_block is not None and _returned_values(false_block):
             raise _Refusal("`return` in the `else` arm only")
         blocks = [true_block] + ([false_block] if false_block is not None else [])
         names = list(dict.fromkeys(name for block in blocks for name in _assigned_names(block)))
-        results = [name for name in names if not _branch_local(function, name)]
+        anchor = self.nested_originals.get(id(original), original)
+        results = [name for name in names if not _branch_local(function, name, anchor)]
         if not results:
             raise _Refusal("the branch assigns only variables that no code after it reads")
-        anchor = self.nested_originals.get(id(original), original)
         for block in blocks:
             for assign in _assignments(block):
                 targets = [e for t in assign.targets for e in _target_elements(t.target)]
@@ -1113,11 +1283,16 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
                     raise _Refusal(
                         f"the branch may leave `{name}` a view of `{views[name]}`, which torch.cond cannot alias"
                     )
-        operands = [name for name in results if self._has_value_before(function, name, anchor)]
+        arms = _original_arms(original)
+        _check_names_stay_local(function, arms, names)
+        # The operands are the results bound on every path to the `if` (inside an arm that becomes a function: the
+        # arm's parameters and what it bound before), not those that merely occur before it in the source
+        bound = bound_at(function, anchor)
+        operands = [name for name in results if name in bound.definite]
         for name in results:
             missing = [block for block in blocks if name not in _always_assigned(block)]
-            if false_block is None and name not in operands:
-                raise _Refusal(f"`{name}` has no value before the branch, so the other arm has nothing to return")
+            if name not in bound.definite:
+                _check_unbound_result(name, bound, arms, one_armed=false_block is None)
             if false_block is None:
                 earlier = _non_tensor_value(function, name, anchor)
                 if earlier is not None:
@@ -1153,30 +1328,64 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
             shape = "elif chain -> nested torch.cond"
         return statements, shape
 
-    def _returning(self, true_block, false_block, written, form):
-        """Both arms end in `return`: each becomes a function with no operands (tensors come through the closure)."""
+    def _returning(self, original: cst.If, true_block, false_block, written, form):
+        """Both arms end in `return`: each becomes a function returning what the arm returns. Tensors come through
+        the closure; the operands are the names an arm assigns after reading the value they had before the `if`
+        (`q = q * 2`), which its function would otherwise read unbound."""
+        function = self.functions[-1]
+        arms = _original_arms(original)
+        assigned = list(dict.fromkeys(name for arm in arms for name in _assigned_names(cst.IndentedBlock(body=arm))))
+        _check_names_stay_local(function, arms, assigned)
+        operands = [name for name in assigned if any(_reads_before_assigning(arm, name) for arm in arms)]
+        if operands:
+            bound = bound_at(function, self.nested_originals.get(id(original), original))
+            for name in operands:
+                if name not in bound.definite:
+                    _check_unbound_result(name, bound, arms, one_armed=False)
+        arities = set()
         for block in (true_block, false_block):
+            views, always = _views_of_inputs(block), _always_assigned(block)
             for statement, holder in _returned_values(block):
                 value = statement.value
-                if value is None or _is_non_tensor(value):
-                    raise _Refusal(
-                        f"the branch returns the non-tensor value `{_one_line(value) if value else 'None'}`"
-                    )
-                assigned = set(_assigned_names(holder))
+                # A tuple of tensors is a pytree torch.cond returns; its items must be tensors
+                for item in _target_elements(value) if value is not None else [None]:
+                    if item is None or _is_non_tensor(item):
+                        raise _Refusal(
+                            f"the branch returns the non-tensor value `{_one_line(item) if item else 'None'}`"
+                        )
+                if isinstance(value, cst.Tuple) and not any(isinstance(e, cst.StarredElement) for e in value.elements):
+                    arities.add(len(value.elements))
+                holder_assigned = set(_assigned_names(holder))
                 for element in _target_elements(value):
-                    if isinstance(element, cst.Name) and element.value not in assigned:
+                    root = _view_root(element)
+                    if root is None:
+                        continue  # a tensor the arm computes
+                    assigned = root in holder_assigned or root in always
+                    if isinstance(element, cst.Name) and not assigned:
                         raise _Refusal(
                             f"the branch returns `{element.value}` unchanged, which torch.cond cannot alias"
                         )
+                    # A view of a tensor the arm computed is its own; of an input (an operand it did not assign
+                    # anew on every path, a captured tensor) it is an alias
+                    if root in views or not assigned or (root in operands and root not in always):
+                        raise _Refusal(
+                            f"the branch returns `{_one_line(element)}`, which may be a view of "
+                            f"`{views.get(root, root)}`: torch.cond cannot alias an input"
+                        )
+        if len(arities) > 1:
+            raise _Refusal("the arms return tuples of different lengths: torch.cond needs the same structure")
+        parameters = ", ".join(operands)
+        operands_code = f"({parameters},)" if len(operands) == 1 else f"({parameters})"
+        params = cst.parse_statement(f"def f({parameters}): pass").params
         statements = [
-            cst.FunctionDef(name=cst.Name("true_fn"), params=cst.Parameters(), body=true_block),
-            cst.FunctionDef(name=cst.Name("false_fn"), params=cst.Parameters(), body=false_block),
+            cst.FunctionDef(name=cst.Name("true_fn"), params=params, body=true_block),
+            cst.FunctionDef(name=cst.Name("false_fn"), params=params, body=false_block),
         ]
-        export = cst.parse_statement(f"return torch.cond({form.code}, true_fn, false_fn, ())")
+        export = cst.parse_statement(f"return torch.cond({form.code}, true_fn, false_fn, {operands_code})")
         eager = cst.If(
             test=_parenthesized(written),
-            body=cst.IndentedBlock(body=[cst.parse_statement("return true_fn()")]),
-            orelse=cst.Else(body=cst.IndentedBlock(body=[cst.parse_statement("return false_fn()")])),
+            body=cst.IndentedBlock(body=[cst.parse_statement(f"return true_fn({parameters})")]),
+            orelse=cst.Else(body=cst.IndentedBlock(body=[cst.parse_statement(f"return false_fn({parameters})")])),
         )
         statements.append(
             cst.If(test=cst.parse_expression(IS_EXPORTING), body=cst.IndentedBlock(body=[export]), orelse=eager)
@@ -1218,13 +1427,6 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
         else:
             holds = form.negated()
         return cst.parse_statement(f"torch._assert_async({holds.code}, {message})")
-
-    @staticmethod
-    def _has_value_before(function: cst.FunctionDef, name: str, node: cst.If) -> bool:
-        """Whether `name` occurs (as a parameter, a target or a read) before `node` in source order."""
-        visitor = _NamesBefore(node)
-        function.visit(visitor)
-        return any(found.value == name for found in visitor.found)
 
 
 def _int_valued(node: cst.BaseExpression) -> bool:

@@ -183,6 +183,53 @@ def test_cond_branches_rewrites_size_tests_that_export_would_specialise():
     assert "scores = torch.cond(q_len == 1, true_fn, false_fn, ())" in change.rewritten
 
 
+def test_cond_branches_operands_are_the_results_bound_where_the_if_runs():
+    change, findings = _cond_findings("select_bindings")
+    assert [(line, kind, reason) for line, kind, _, reason in findings] == [
+        (6, "rewritten", "elif chain -> nested torch.cond"),
+        (16, "rewritten", "elif chain -> nested torch.cond"),
+        (32, "rewritten", "if/else -> torch.cond"),
+        (34, "rewritten", "select -> torch.cond"),  # `scaled`, bound earlier in the arm, is its operand
+        (45, "rewritten", "if/else -> torch.cond"),
+        (59, "rewritten", "select -> torch.cond"),  # `index` is unpacked first in both arms: local to them
+    ]
+    # `y` is bound in the arms only: no arm function of the chain takes it (it did, and eager raised
+    # UnboundLocalError on the `elif` and `else` paths)
+    assert "def true_fn(y)" not in change.rewritten and "(y,)" not in change.rewritten
+    # `shifted` is bound before the `if` on some paths only, and no arm reads it: no operand either
+    assert "shifted = torch.cond(mask.any(), true_fn, false_fn, ())" in change.rewritten
+    # `index` is bound only in the other arm of the enclosing `if` (rt_detr's post-processing): neither an operand nor
+    # a result (it was an operand, and eager raised UnboundLocalError)
+    assert "def true_fn(scores, labels):" in change.rewritten
+
+
+def test_cond_branches_passes_returning_arms_the_names_they_rebind_after_reading():
+    change, findings = _cond_findings("select_returns")
+    assert [(line, kind, reason) for line, kind, _, reason in findings] == [
+        (5, "rewritten", "return -> torch.cond"),
+        (13, "rewritten", "return -> torch.cond"),
+    ]
+    # `hidden_states = hidden_states * 2` in an arm: its function reads the value from before the `if` as an operand
+    # (it read it from the closure, where the assignment made it a local: UnboundLocalError in eager)
+    assert "return torch.cond(mask.any(), true_fn, false_fn, (hidden_states,))" in change.rewritten
+    assert "return torch.cond(mask.any(), true_fn, false_fn, ())" in change.rewritten  # a pair, nothing rebound
+
+
+def test_cond_branches_rewrites_an_early_return_with_the_rest_of_its_block_as_the_else_arm():
+    change, findings = _cond_findings("select_early_return")
+    assert [(line, kind, construct, reason) for line, kind, construct, reason in findings] == [
+        (5, "rewritten", "query.shape[1] == 1", "early return -> torch.cond"),
+        (11, "rewritten", "mask.any()", "early return -> torch.cond"),
+        (21, "rewritten", "(hidden_states > 1).all()", "early return -> torch.cond"),
+        (30, "rewritten", "(hidden_states > 2).all()", "early return -> torch.cond"),
+        (32, "rewritten", "mask.any()", "early return -> torch.cond"),  # inside the first one's `false_fn`
+        (39, "rewritten", "mask.all()", "early return -> torch.cond"),  # in a Python `if` whose block ends in return
+    ]
+    # the size test is a cond on the SymBool, and each arm is emitted once
+    assert "return torch.cond(query.shape[1] == 1, true_fn, false_fn, ())" in change.rewritten
+    assert change.rewritten.count("hidden_states = hidden_states * 3") == 1
+
+
 _ALIAS = (
     "is not assigned on every path of an arm: that arm would return its input unchanged, which torch.cond cannot alias"
 )
@@ -213,7 +260,17 @@ def test_cond_branches_reports_every_shape_it_rewrites():
             "refuse_attribute_write",
             [(7, "torch.isnan(hidden_states).any()", "the branch writes the attribute `self.saw_nan`")],
         ),
-        ("refuse_return", [(6, "cache.is_initialized and blank_mask.all()", "`return` in the branch")]),
+        (
+            "refuse_return",
+            [
+                (
+                    6,
+                    "cache.is_initialized and blank_mask.all()",
+                    "early return: a Python condition `and`-joined to the tensor test: the statements after the `if` "
+                    "run when either is false, so they would be the `else` arm of both",
+                )
+            ],
+        ),
         (
             "refuse_logger",
             [(9, "(input_ids[:, -1] == pad_token_id).any()", "the branch calls `logger.warning` (a side effect)")],
@@ -272,6 +329,66 @@ def test_cond_branches_reports_every_shape_it_rewrites():
                 (19, "mask.any()", f"the branch may leave `hidden_states` a view of `hidden_states`, {_CANNOT_ALIAS}"),
                 (28, "mask.any()", f"the branch may leave `hidden_states` a view of `hidden_states`, {_CANNOT_ALIAS}"),
                 (34, "mask.any()", f"the branch may leave `hidden_states` a view of `hidden_states`, {_CANNOT_ALIAS}"),
+            ],
+        ),
+        (
+            "refuse_bindings",
+            [
+                (
+                    7,
+                    "mask.any()",
+                    "`shifted` has a value before the branch on some paths only, so the other arm may have nothing to "
+                    "return",
+                ),
+                (
+                    15,
+                    "mask.any()",
+                    "an arm reads `shifted` before assigning it, and `shifted` has a value before the branch on some "
+                    "paths only: the arm's function would not see it",
+                ),
+                (
+                    25,
+                    "mask.any()",
+                    "`scale` is read by a nested function outside the branch, which would not see the arm's "
+                    "assignment",
+                ),
+                (33, "mask.any()", "`LAST` is declared `global` or `nonlocal`: the arm's function would bind a local"),
+            ],
+        ),
+        (
+            "refuse_returns",
+            [
+                (
+                    5,
+                    "mask.any()",
+                    "the branch returns `hidden_states.transpose(0, 1)`, which may be a view of `hidden_states`: "
+                    "torch.cond cannot alias an input",
+                ),
+                (12, "mask.any()", "the arms return tuples of different lengths: torch.cond needs the same structure"),
+                (
+                    21,
+                    "mask.any()",
+                    "an arm reads `factor` before assigning it, and `factor` has a value before the branch on some "
+                    "paths only: the arm's function would not see it",
+                ),
+            ],
+        ),
+        (
+            "refuse_early_return",
+            [
+                (
+                    6,
+                    "batch_size == 1",
+                    "early return: the branch returns `pred_masks` unchanged, which torch.cond cannot alias",
+                ),
+                (12, "mask.any()", "early return: a loop in the branch"),
+                (20, "mask.any()", "early return: the branch assigns to `hidden_states[mask]` in place"),
+                (
+                    27,
+                    "query.shape[1] == 1",
+                    "early return: the branch returns `query.transpose(1, 2)`, which may be a view of `query`: "
+                    "torch.cond cannot alias an input",
+                ),
             ],
         ),
         ("no_torch_import", [(6, "hidden_states.isnan().any()", "the module does not `import torch`")]),
