@@ -281,8 +281,9 @@ class LinearAttentionLayer(transformers.cache_utils.LinearAttentionLayer):
             self.has_previous_state[state_idx] = True
             # In this case, need to pad it to fit the conv_kernel_size
             if torch.compiler.is_exporting() and not self.record_past:
-                # A length test makes torch.export guard on the side of the minimum the length is on. The last
-                # max(length, minimum) positions after the padding: the padded states, or the states if longer
+                # A length test makes torch.export guard on the side of the minimum the length is on: the last
+                # max(length, minimum) positions of the padding then the states are the padded states when
+                # shorter, the states otherwise
                 zeros = full_conv_states.new_zeros((*full_conv_states.shape[:-1], self.conv_kernel_size[state_idx]))
                 kept_length = torch.sym_max(full_conv_states.shape[-1], self.conv_kernel_size[state_idx])
                 full_conv_states = torch.cat([zeros, full_conv_states], dim=-1)[..., -kept_length:]

@@ -229,8 +229,9 @@ def prepare_padding_mask(attention_mask: torch.Tensor | None, kv_length: int, kv
     if attention_mask is not None:
         # Pad it if necessary
         if torch.compiler.is_exporting():
-            # A length test makes torch.export guard on the side of the minimum the length is on. The first
-            # max(length, minimum) positions of the states then the padding: the padded states, or the states if longer
+            # A length test makes torch.export guard on the side of the minimum the length is on: the first
+            # max(length, minimum) positions of the states then the padding are the padded states when
+            # shorter, the states otherwise
             zeros = attention_mask.new_zeros((*attention_mask.shape[:-1], kv_length + kv_offset))
             kept_length = torch.sym_max(attention_mask.shape[-1], kv_length + kv_offset)
             local_padding_mask = torch.cat([attention_mask, zeros], dim=-1)[..., :kept_length]
@@ -248,8 +249,9 @@ def maybe_pad_block_sequence_ids(
     Pads to the right with `-1`.
     """
     if torch.compiler.is_exporting():
-        # A length test makes torch.export guard on the side of the minimum the length is on. The first
-        # max(length, minimum) positions of the states then the padding: the padded states, or the states if longer
+        # A length test makes torch.export guard on the side of the minimum the length is on: the first
+        # max(length, minimum) positions of the states then the padding are the padded states when
+        # shorter, the states otherwise
         filler = block_sequence_ids.new_full((*block_sequence_ids.shape[:-1], kv_length + kv_offset), -1)
         kept_length = torch.sym_max(block_sequence_ids.shape[-1], kv_length + kv_offset)
         block_sequence_ids = torch.cat([block_sequence_ids, filler], dim=-1)[..., :kept_length]
