@@ -12,6 +12,7 @@ import torch
 
 from exportsmith.generate import generated_modules
 from exportsmith.verify import tiny_config, verify_model
+from exportsmith.verify.check import DIM_STYLES
 
 ROOT = Path(__file__).parents[1]
 MODELS = generated_modules(ROOT / "generated")
@@ -44,9 +45,13 @@ def test_generated_model_verifies(model: str):
     assert result.ok, result.summary
     assert result.eager_identical
     assert {record.program for record in result.cases} == PROGRAMS.get(model, {"decode", "prefill"})
+    assert {record.dims for record in result.cases} == set(DIM_STYLES)
     assert any(record.batch == 1 for record in result.cases)
     if "decode" in PROGRAMS.get(model, {"decode"}):
-        assert any(r.program == "decode" and r.new_tokens == 1 and r.past for r in result.cases)
+        # what users of an LM do: the first decode step of a 1-token prompt, and greedy loops that match generate()
+        first_steps = {(r.batch, r.new_tokens, r.past) for r in result.cases if r.program == "decode"}
+        assert {(1, 1, 1), (4, 1, 1), (1, 2, 1), (1, 1, 2)} <= first_steps
+        assert len(result.greedy) == 6, result.greedy
 
 
 def test_checkpoint_of_the_original_loads_into_the_generated_class(tmp_path):
