@@ -402,10 +402,12 @@ def seq2seq_inputs(original: torch.nn.Module, layout: int, shape: InputShape, pa
         prefix = original(**full, decoder_input_ids=decoder_ids[:, :past], use_cache=True)
     inputs = {
         # a tuple, not a BaseModelOutput: torch.export.load unpickles example inputs weights-only, and a ModelOutput
-        # (an OrderedDict subclass) cannot be unpickled that way. A fresh contiguous tensor, as a runtime feeds it: a
-        # view (fsmt's encoder returns a transpose) makes export guard on the sizes of the tensor it views
+        # (an OrderedDict subclass) cannot be unpickled that way. Fresh contiguous tensors, as a runtime feeds them: a
+        # view (fsmt's encoder returns a transpose, the new tokens are a slice) makes export guard on the sizes of the
+        # tensor it views, and the program then fails on a tensor that is no view ('NoneType' object has no attribute
+        # 'size')
         "encoder_outputs": (prefix.encoder_last_hidden_state.clone(memory_format=torch.contiguous_format),),
-        "decoder_input_ids": decoder_ids[:, past:],
+        "decoder_input_ids": decoder_ids[:, past:].clone(memory_format=torch.contiguous_format),
         cache_keyword(original): output_cache(prefix),
         "use_cache": True,
     }
