@@ -1,6 +1,9 @@
 """exportsmith.loading: which ModelOutput classes and custom-op modules a package's `__init__` registers, found
 statically by resolving names through imports (not by their spelling)."""
 
+import importlib
+from pathlib import Path
+
 from exportsmith.discover import find_transformers
 from exportsmith.loading import (
     CUSTOM_OPS,
@@ -13,6 +16,7 @@ from exportsmith.loading import (
 )
 
 TF = find_transformers()
+ROOT = Path(__file__).parents[1]
 FOO = "transformers.models.foo.modeling_foo"
 
 # A model module as transformers writes them: relative imports, ModelOutput classes under any name
@@ -124,3 +128,22 @@ def test_every_class_of_modeling_outputs_resolves_to_model_output():
     assert all(resolver.is_model_output((EAGER_OUTPUTS, name)) for name in classes)
     assert resolver.definition("transformers.utils", "ModelOutput") == MODEL_OUTPUT
     assert not resolver.is_model_output(("transformers.modeling_utils", "PreTrainedModel"))
+
+
+def test_the_committed_package_defers_exactly_the_model_output_classes_its_model_modules_define():
+    """The static tables against the truth: every ModelOutput subclass defined in a committed model module, found by
+    importing it."""
+    import generated
+    from generated._shared import loading
+    from transformers.utils import ModelOutput
+
+    found = set()
+    for model in generated.MODELS:
+        for path in sorted((ROOT / "generated" / model).glob("modeling_*.py")):
+            module = importlib.import_module(f"generated.{model}.{path.stem}")
+            found |= {
+                f"{module.__name__}.{name}"
+                for name, value in vars(module).items()
+                if isinstance(value, type) and issubclass(value, ModelOutput) and value.__module__ == module.__name__
+            }
+    assert found and found == {name for name in loading.DEFERRED if name.startswith("generated.")}
