@@ -21,6 +21,7 @@ from exportsmith.verify.check import (
     MAX_ABS_DIFF,
     build_pair,
     export_program,
+    fresh_process_error,
     max_abs_diff,
     programs_for,
     run,
@@ -75,7 +76,7 @@ for model, program in programs.items():
 def test_every_committed_model_loads_and_runs_in_a_fresh_process_that_imports_only_generated(saved):
     directory, references = saved
     finished = fresh_python(LOAD_ALL_THEN_RUN, str(directory), json.dumps(list(generated.MODELS)))
-    assert finished.returncode == 0, finished.stderr[-2000:]
+    assert finished.returncode == 0, fresh_process_error(finished.stderr)
     for model, reference in references.items():
         outputs = torch.load(directory / f"{model}.outputs.pt", weights_only=False)
         assert type(outputs) is type(reference), model
@@ -126,7 +127,7 @@ torch.save(results, directory / "orders.pt")
 def test_a_deferred_model_output_loads_before_and_after_its_module_is_imported_and_saves_again(saved):
     directory, references = saved
     finished = fresh_python(BOTH_ORDERS, str(directory), GEMMA3_OUTPUT)
-    assert finished.returncode == 0, finished.stderr[-2000:]
+    assert finished.returncode == 0, fresh_process_error(finished.stderr)
     results = torch.load(directory / "orders.pt", weights_only=False)
     assert len(results) == 5
     for outputs in results:

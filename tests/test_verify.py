@@ -177,8 +177,18 @@ def perturbed_llama(when) -> type:
     return LlamaForCausalLM
 
 
-def test_verify_passes_an_identical_copy(monkeypatch, cache_registered):
-    result = verify_model("llama", install_package(monkeypatch, "same_llama", modeling_llama.LlamaForCausalLM))
+def test_verify_passes_an_identical_copy(monkeypatch, tmp_path):
+    # on disk: the save/load stage imports the package in a fresh process. Its registrations are `generated`'s, as
+    # the process that saves and the one that loads must agree on them
+    package = tmp_path / "same_llama"
+    (package / "llama").mkdir(parents=True)
+    (package / "__init__.py").write_text("import generated  # noqa: F401 (registers the cache pytree nodes)\n")
+    (package / "llama" / "__init__.py").write_text("")
+    (package / "llama" / "modeling_llama.py").write_text(
+        "from transformers.models.llama.modeling_llama import LlamaForCausalLM  # noqa: F401\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = verify_model("llama", "same_llama")
     assert result.ok and result.eager_identical and result.failure is None, result.summary
     assert len(result.cases) == len(DECODE_CASES) + len(PREFILL_CASES)
     assert result.max_diff == 0.0 and set(result.export_seconds) == {"decode", "prefill"}
@@ -402,3 +412,80 @@ def test_a_copy_of_oneformer_gets_the_input_projections_that_its_state_dict_leav
     forward = replace(forward, cases=forward.cases[:1])
     case = forward.cases[0]
     check_eager_identity(original, copy, [forward], {(forward.name, case.name): run(original, case)})
+
+
+OUTPUTS_MODULE = """
+import dataclasses
+
+import torch
+from torch.utils import _pytree as pytree
+
+
+@dataclasses.dataclass
+class Pair:
+    first: torch.Tensor
+    second: torch.Tensor
+
+
+pytree.register_dataclass(Pair, serialized_type_name=f"{__name__}.Pair")
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return Pair(x + 1, x * 2)
+"""
+
+
+@pytest.mark.parametrize("registers", [False, True])
+def test_save_load_loads_in_a_fresh_process_that_imports_only_the_package(monkeypatch, tmp_path, registers):
+    """The program returns a type that the package's module registers; the harness's process imported that module,
+    a fresh process importing the package alone has it only when the package's `__init__` imports it."""
+    import importlib
+
+    from exportsmith.verify.check import Case, Program, VerifyResult, check_programs, run
+
+    name = f"outputs_package_{registers}"
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "__init__.py").write_text("from . import outputs  # noqa: F401\n" if registers else "")
+    (tmp_path / name / "outputs.py").write_text(OUTPUTS_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    model = importlib.import_module(f"{name}.outputs").Model()
+    cases = tuple(
+        Case(f"batch{b}", b, 0, 0, lambda b=b: {"x": torch.randn(b, 4, generator=torch.Generator().manual_seed(b))})
+        for b in (2, 3)
+    )
+    program = Program("forward", cases)
+    references = {(program.name, case.name): run(model, case) for case in cases}
+    result = check_programs(VerifyResult("fixture"), model, [program], references, (name,), imports=(name,))
+    if registers:
+        assert result.ok, result.summary
+    else:
+        assert result.failure == "save-load", result.summary
+        assert result.message == (
+            f"RuntimeError: in a fresh process (import torch, {name}): NotImplementedError: Deserializing "
+            f"{name}.outputs.Pair in pytree is not registered"
+        )
+
+
+def test_a_fresh_process_error_is_the_first_exception_it_reports_in_one_line():
+    from exportsmith.verify.check import fresh_process_error
+
+    prefix = "W1205 14:44:13.696000 6029 torch/export/__init__.py:348] "
+    logged = (
+        f"{prefix}Ran into the following error when deserializing\n{prefix}Traceback (most recent call last):\n"
+        f"{prefix}torch._export.serde.serialize.SerializeError: We failed to resolve "
+        "torch.ops.transformers.grouped_mm_fallback.default to an operator. If it's a custom op, ...\n"
+        "Traceback (most recent call last):\n"
+        "RuntimeError: We ran into an error when deserializing the saved file. Please check the warnings above.\n"
+    )
+    assert fresh_process_error(logged) == (
+        "SerializeError: We failed to resolve torch.ops.transformers.grouped_mm_fallback.default to an operator"
+    )
+    refused = (
+        "_pickle.UnpicklingError: Weights only load failed. This file can still be loaded, ...\n"
+        "\tWeightsUnpickler error: Unsupported global: GLOBAL pkg.Cache was not an allowed global by default. Please\n"
+    )
+    assert (
+        fresh_process_error(refused)
+        == "UnpicklingError: Unsupported global: GLOBAL pkg.Cache was not an allowed global by default"
+    )
