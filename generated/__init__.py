@@ -3,8 +3,8 @@
 
 Importing this package checks the installed transformers version and registers what `torch.export.load` needs to load
 a program of its models in a process that has imported nothing else: transformers' Cache classes as pytree nodes
-(`_shared/cache_utils.py`), the ModelOutput classes the models return and the custom ops they call
-(`_shared/loading.py`).
+(`_shared/cache_utils.py`), the ModelOutput classes the models return, the cache classes they define and the custom
+ops they call (`_shared/loading.py`).
 """
 
 import importlib.metadata as _metadata
@@ -30,9 +30,9 @@ _loading.import_modules(
     ),
 )
 
-# The ModelOutput classes of the modules this package does not import (a model module costs seconds), registered
-# under their serialized names until their module is imported: module -> classes
-_loading.defer_model_outputs(
+# The ModelOutput and cache classes of the modules this package does not import (a model module costs seconds),
+# registered under their serialized names until their module is imported: module -> classes
+_loading.defer_registrations(
     __name__,
     {
         ".bert.modeling_bert": ("BertForPreTrainingOutput",),

@@ -161,8 +161,8 @@ def test_a_placeholder_never_takes_a_name_that_is_registered_and_is_registered_o
 
     nodes = len(pytree.SUPPORTED_NODES)
     # transformers' own registration of a class already holds its name
-    loading.defer_model_outputs("generated", {"transformers.modeling_outputs": ("CausalLMOutputWithPast",)})
+    loading.defer_registrations("generated", {"transformers.modeling_outputs": ("CausalLMOutputWithPast",)})
     assert loading.DEFERRED["transformers.modeling_outputs.CausalLMOutputWithPast"] is None
     # the package's own tables again (an importlib.reload of the package): nothing new
-    loading.defer_model_outputs("generated", {".gemma3.modeling_gemma3": ("Gemma3CausalLMOutputWithPast",)})
+    loading.defer_registrations("generated", {".gemma3.modeling_gemma3": ("Gemma3CausalLMOutputWithPast",)})
     assert len(pytree.SUPPORTED_NODES) == nodes

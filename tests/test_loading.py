@@ -107,6 +107,36 @@ def test_the_module_defining_a_custom_op_is_imported_only_for_a_model_that_impor
     assert loading_of("from ...integrations import moe\n").eager == {"transformers.integrations.moe": CUSTOM_OPS}
 
 
+def test_a_cache_class_a_model_module_registers_itself_is_deferred_with_its_model_outputs():
+    source = """
+import torch
+
+from ...cache_utils import DynamicCache, register_cache_pytree_node
+
+
+@register_cache_pytree_node
+class FooCache:
+    pass
+
+
+@register_cache_pytree_node(counters=("cumulative_length",))
+class FooLayer:
+    pass
+
+
+class FooLater:
+    pass
+
+
+register_cache_pytree_node(FooLater)
+
+
+class FooPlain(DynamicCache):
+    pass
+"""
+    assert loading_of(source).deferred == {".foo.modeling_foo": ("FooCache", "FooLater", "FooLayer")}
+
+
 def test_a_custom_op_is_one_defined_when_the_module_runs():
     defined = [
         "import torch\n\n@torch.library.custom_op('x::f', mutates_args=())\ndef f(x): return x\n",
@@ -130,12 +160,13 @@ def test_every_class_of_modeling_outputs_resolves_to_model_output():
     assert not resolver.is_model_output(("transformers.modeling_utils", "PreTrainedModel"))
 
 
-def test_the_committed_package_defers_exactly_the_model_output_classes_its_model_modules_define():
-    """The static tables against the truth: every ModelOutput subclass defined in a committed model module, found by
-    importing it."""
+def test_the_committed_package_defers_exactly_the_classes_its_model_modules_register():
+    """The static tables against the truth: every class a committed model module defines that is a pytree node once
+    the module is imported (ModelOutput classes register themselves, model-defined caches are registered by the
+    module), found by importing them."""
     import generated
     from generated._shared import loading
-    from transformers.utils import ModelOutput
+    from torch.utils import _pytree as pytree
 
     found = set()
     for model in generated.MODELS:
@@ -144,6 +175,6 @@ def test_the_committed_package_defers_exactly_the_model_output_classes_its_model
             found |= {
                 f"{module.__name__}.{name}"
                 for name, value in vars(module).items()
-                if isinstance(value, type) and issubclass(value, ModelOutput) and value.__module__ == module.__name__
+                if isinstance(value, type) and value.__module__ == module.__name__ and value in pytree.SUPPORTED_NODES
             }
     assert found and found == {name for name in loading.DEFERRED if name.startswith("generated.")}

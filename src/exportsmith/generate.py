@@ -97,8 +97,8 @@ def _package_init(version: str, modules: list[str], loading: PackageLoading) -> 
 
 Importing this package checks the installed transformers version and registers what `torch.export.load` needs to load
 a program of its models in a process that has imported nothing else: transformers' Cache classes as pytree nodes
-(`_shared/cache_utils.py`), the ModelOutput classes the models return and the custom ops they call
-(`_shared/loading.py`).
+(`_shared/cache_utils.py`), the ModelOutput classes the models return, the cache classes they define and the custom
+ops they call (`_shared/loading.py`).
 """
 
 import importlib.metadata as _metadata
@@ -130,9 +130,9 @@ def _loading_calls(loading: PackageLoading) -> str:
         text += "    ),\n)\n"
     if loading.deferred:
         text += (
-            "\n# The ModelOutput classes of the modules this package does not import (a model module costs seconds), "
-            "registered\n# under their serialized names until their module is imported: module -> classes\n"
-            "_loading.defer_model_outputs(\n    __name__,\n    {\n"
+            "\n# The ModelOutput and cache classes of the modules this package does not import (a model module costs "
+            "seconds),\n# registered under their serialized names until their module is imported: module -> classes\n"
+            "_loading.defer_registrations(\n    __name__,\n    {\n"
         )
         for module, names in loading.deferred.items():
             head, quoted = f'{INDENT * 2}"{module}": (', [f'"{name}"' for name in names]

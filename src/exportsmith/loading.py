@@ -8,10 +8,11 @@ its custom ops when the module defining them is imported (`transformers::grouped
 
 - `eager`: the transformers modules it imports: `transformers.modeling_outputs` when a model uses its classes (cheap,
   shared by nearly every model), and every module defining custom ops that a model imports a name from;
-- `deferred`: module -> the other ModelOutput classes the models define or import, which the package registers under
-  their serialized names without importing their modules (a model module costs seconds to import: transformers'
-  `modeling_utils`). A model module of the package is keyed relative to it (`.gemma3.modeling_gemma3`), since the
-  package's name is only known when it is imported.
+- `deferred`: module -> the other ModelOutput classes the models define or import, and the cache classes a model
+  module defines and registers itself (minimax's MiniMaxCache, by the cache-pytree codemod), which the package
+  registers under their serialized names without importing their modules (a model module costs seconds to import:
+  transformers' `modeling_utils`). A model module of the package is keyed relative to it (`.gemma3.modeling_gemma3`),
+  since the package's name is only known when it is imported.
 
 Static, from source (`ast`): a class is a ModelOutput when a base resolves, through the imports of the module that
 names it (re-exports, lazy packages' `TYPE_CHECKING` imports, star imports), to transformers' `utils.generic.ModelOutput`
@@ -41,6 +42,9 @@ CUSTOM_OP_DEFINERS = frozenset(
     }
 )
 MODELS_PREFIX = "transformers.models."
+# What the cache-pytree codemod registers a cache class defined in a modeling file with (a decorator, with or without
+# arguments, or a call): the model module registers it, so `import <package>` defers it like a ModelOutput class
+CACHE_REGISTER = "register_cache_pytree_node"
 
 Ref = tuple[str, str]  # (dotted module, name defined there)
 
@@ -48,13 +52,15 @@ Ref = tuple[str, str]  # (dotted module, name defined there)
 @dataclass(frozen=True)
 class ModuleSummary:
     """What resolution needs from one module's top level (through `if`/`try`/`with` blocks, not into functions):
-    class bases as dotted names, the names it defines, its import bindings, and whether it defines custom ops."""
+    class bases as dotted names, the names it defines, its import bindings, whether it defines custom ops, and the
+    cache classes it registers."""
 
     classes: dict[str, list[list[str]]]  # class name -> its bases that are dotted names, as parts
     definitions: list[str]  # other names bound by def, assignment
     imports: dict[str, list[str | None]]  # bound name -> [absolute module, imported name or None for `import m`]
     stars: list[str]  # modules of `from m import *`
     custom_ops: bool
+    caches: list[str]  # classes the module registers with the cache-pytree codemod's `register_cache_pytree_node`
 
     def to_json(self) -> dict:
         return {
@@ -63,6 +69,7 @@ class ModuleSummary:
             "imports": self.imports,
             "stars": self.stars,
             "custom_ops": self.custom_ops,
+            "caches": self.caches,
         }
 
     @classmethod
@@ -114,10 +121,13 @@ def summarize(source: str, module_name: str, is_package: bool = False) -> Module
     imports: dict[str, list[str | None]] = {}
     stars: list[str] = []
     calls: list[ast.expr] = []
+    caches: list[str] = []
     for stmt in _top_level(tree.body):
         if isinstance(stmt, ast.ClassDef):
             classes[stmt.name] = [parts for base in stmt.bases if (parts := _dotted(base)) is not None]
             calls.extend(stmt.decorator_list)
+            if any(_callee(decorator) == CACHE_REGISTER for decorator in stmt.decorator_list):
+                caches.append(stmt.name)
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             definitions.add(stmt.name)
             calls.extend(stmt.decorator_list)
@@ -141,6 +151,10 @@ def summarize(source: str, module_name: str, is_package: bool = False) -> Module
             definitions.update(target.id for target in targets if isinstance(target, ast.Name))
         if isinstance(stmt, (ast.Expr, ast.Assign, ast.AnnAssign)) and stmt.value is not None:
             calls.append(stmt.value)
+            value = stmt.value
+            if isinstance(value, ast.Call) and _callee(value.func) == CACHE_REGISTER and value.args:
+                if isinstance(value.args[0], ast.Name):
+                    caches.append(value.args[0].id)
     custom_ops = False
     for expr in calls:
         for node in ast.walk(expr):
@@ -155,7 +169,15 @@ def summarize(source: str, module_name: str, is_package: bool = False) -> Module
         dict(sorted(imports.items())),
         stars,
         custom_ops,
+        sorted(set(caches) & set(classes)),
     )
+
+
+def _callee(node: ast.expr) -> str | None:
+    """The last name of what a decorator or call calls: `register(...)`, `@register`, `@module.register(...)`."""
+    node = node.func if isinstance(node, ast.Call) else node
+    parts = _dotted(node)
+    return parts[-1] if parts else None
 
 
 def summarize_file(path: Path, module_name: str, is_package: bool) -> ModuleSummary:
@@ -284,8 +306,8 @@ MODEL_OUTPUTS = "ModelOutput classes"
 @dataclass(frozen=True)
 class PackageLoading:
     """What the package's `__init__` imports (`eager`: module -> what its import registers, CUSTOM_OPS or
-    MODEL_OUTPUTS) and registers deferred (`deferred`: module -> class names, package modules relative to it),
-    sorted."""
+    MODEL_OUTPUTS) and registers deferred (`deferred`: module -> the names of its ModelOutput and cache classes,
+    package modules relative to it), sorted."""
 
     eager: dict[str, str]
     deferred: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -308,6 +330,8 @@ def package_loading(root: Path, package: dict[str, ModuleSummary], load: Load | 
         for name in summary.classes:
             if resolver.is_model_output((module, name)) and (module, name) != MODEL_OUTPUT:
                 deferred.setdefault(package_module(module), set()).add(name)
+        if summary.caches:
+            deferred.setdefault(package_module(module), set()).update(summary.caches)
         if summary.custom_ops:  # no model module defines one in transformers 5.24: its import would be the price
             eager[package_module(module)] = CUSTOM_OPS
         for source, imported in summary.imports.values():

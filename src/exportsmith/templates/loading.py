@@ -1,14 +1,18 @@
 """What a fresh process needs to `torch.export.load` a program of this package's models, registered when the package
 is imported (its `__init__` calls these with tables written at generation time).
 
-A saved program names the pytree types of its outputs by serialized name, and transformers registers a ModelOutput
-class under `module.Name` only when the class statement runs, that is when its module is imported: a model module
-costs seconds (transformers' `modeling_utils`). So each ModelOutput class of a module the package does not import gets
-a placeholder pytree node under its serialized name, whose unflatten imports the module and builds the output with the
-class's own registered unflatten: loading needs no model module, and running the program returns the real class.
-When the module is imported, transformers registers the class under the same serialized name, and torch's registry
-then maps the name to the class (it keeps the last registration of a name: `tests/test_fresh_load.py` pins this), so
-programs loaded afterwards use the class directly.
+A saved program names the pytree types of its inputs and outputs by serialized name, and a ModelOutput class is
+registered (by transformers, under `module.Name`) only when its class statement runs, that is when its module is
+imported; so is a cache class that a model module defines (by the module, through `register_cache_pytree_node`). A
+model module costs seconds to import (transformers' `modeling_utils`). So each such class of a module the package
+does not import gets a placeholder pytree node under its serialized name, whose unflatten imports the module and
+builds the object with the class's own registered unflatten: loading needs no model module, and running the program
+returns the real classes. When the module is imported, the class's own registration takes the serialized name over
+(torch's registry keeps the last registration of a name: `tests/test_fresh_load.py` pins this), so programs loaded
+afterwards use the class directly.
+
+An input of such a class needs its module imported before the program is loaded: building or unpickling the input
+needs the class anyway, and a program loaded earlier expects the placeholder in its input spec.
 """
 
 import functools
@@ -19,20 +23,20 @@ from torch.utils import _pytree as pytree
 
 
 def import_modules(package: str, modules: tuple[str, ...]) -> None:
-    """Import `modules` (absolute, or relative to `package`): they register ModelOutput classes or custom ops."""
+    """Import `modules` (absolute, or relative to `package`): they register ModelOutput classes or define custom ops."""
     for module in modules:
         importlib.import_module(module, package)
 
 
-class DeferredModelOutput:
+class Deferred:
     """The base of the placeholders; they have no instances: their unflatten returns the real class's."""
 
     module = ""
     name = ""
 
 
-def _flatten(output):
-    raise TypeError(f"{type(output).__qualname__} is a placeholder for loading programs, it has no instances")
+def _flatten(value):
+    raise TypeError(f"{type(value).__qualname__} is a placeholder for loading programs, it has no instances")
 
 
 def _unflatten(placeholder: type, values, context):
@@ -48,7 +52,7 @@ def _unflatten(placeholder: type, values, context):
 DEFERRED: dict[str, type | None] = {}
 
 
-def defer_model_outputs(package: str, table: dict[str, tuple[str, ...]]) -> None:
+def defer_registrations(package: str, table: dict[str, tuple[str, ...]]) -> None:
     """Register a placeholder under the serialized name of each class of `table` (module, absolute or relative to
     `package` -> class names) that nothing registered yet: never one for a name the class itself, or anything else,
     already holds."""
@@ -60,7 +64,7 @@ def defer_model_outputs(package: str, table: dict[str, tuple[str, ...]]) -> None
                 DEFERRED.setdefault(serialized, None)
                 continue
             attributes = {"module": module, "name": name, "__module__": __name__}
-            placeholder = type(f"DeferredModelOutput[{serialized}]", (DeferredModelOutput,), attributes)
+            placeholder = type(f"Deferred[{serialized}]", (Deferred,), attributes)
             pytree.register_pytree_node(
                 placeholder,
                 _flatten,
