@@ -428,28 +428,39 @@ class Pair:
 
 
 pytree.register_dataclass(Pair, serialized_type_name=f"{__name__}.Pair")
+torch.serialization.add_safe_globals([Pair])  # as the cache-pytree codemod's registration does for a cache
 
 
 class Model(torch.nn.Module):
     def forward(self, x):
         return Pair(x + 1, x * 2)
+
+
+class Sum(torch.nn.Module):
+    def forward(self, pair):
+        return pair.first + pair.second
 """
+
+
+def outputs_package(tmp_path, monkeypatch, name: str, registers: bool):
+    """A package on disk whose `outputs` module registers `Pair`; its `__init__` imports that module or not."""
+    import importlib
+
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "__init__.py").write_text("from . import outputs  # noqa: F401\n" if registers else "")
+    (tmp_path / name / "outputs.py").write_text(OUTPUTS_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return importlib.import_module(f"{name}.outputs")
 
 
 @pytest.mark.parametrize("registers", [False, True])
 def test_save_load_loads_in_a_fresh_process_that_imports_only_the_package(monkeypatch, tmp_path, registers):
     """The program returns a type that the package's module registers; the harness's process imported that module,
     a fresh process importing the package alone has it only when the package's `__init__` imports it."""
-    import importlib
-
     from exportsmith.verify.check import Case, Program, VerifyResult, check_programs, run
 
     name = f"outputs_package_{registers}"
-    (tmp_path / name).mkdir()
-    (tmp_path / name / "__init__.py").write_text("from . import outputs  # noqa: F401\n" if registers else "")
-    (tmp_path / name / "outputs.py").write_text(OUTPUTS_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    model = importlib.import_module(f"{name}.outputs").Model()
+    model = outputs_package(tmp_path, monkeypatch, name, registers).Model()
     cases = tuple(
         Case(f"batch{b}", b, 0, 0, lambda b=b: {"x": torch.randn(b, 4, generator=torch.Generator().manual_seed(b))})
         for b in (2, 3)
@@ -489,3 +500,27 @@ def test_a_fresh_process_error_is_the_first_exception_it_reports_in_one_line():
         fresh_process_error(refused)
         == "UnpicklingError: Unsupported global: GLOBAL pkg.Cache was not an allowed global by default"
     )
+
+
+def test_torch_export_load_imports_the_module_of_an_example_inputs_class(monkeypatch, tmp_path):
+    """What README says of a program taking a cache class that a model module defines (and registers): in a process
+    that imported only the package, torch.export.load unpickles the program's example inputs, fails weights-only on
+    the class, retries without (which imports its module, registering the class) and reads the input spec after."""
+    from exportsmith.verify.check import Case, Program, VerifyResult, check_programs, run
+
+    name = "inputs_package"
+    outputs = outputs_package(tmp_path, monkeypatch, name, registers=False)
+
+    def inputs(batch):
+        generator = torch.Generator().manual_seed(batch)
+        return {
+            "pair": outputs.Pair(
+                torch.randn(batch, 4, generator=generator), torch.randn(batch, 4, generator=generator)
+            )
+        }
+
+    program = Program("forward", tuple(Case(f"batch{b}", b, 0, 0, lambda b=b: inputs(b)) for b in (2, 3)))
+    model = outputs.Sum()
+    references = {(program.name, case.name): run(model, case) for case in program.cases}
+    result = check_programs(VerifyResult("fixture"), model, [program], references, (name,), imports=(name,))
+    assert result.ok, result.summary

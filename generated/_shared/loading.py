@@ -12,8 +12,9 @@ returns the real classes. When the module is imported, the class's own registrat
 (torch's registry keeps the last registration of a name: `tests/test_fresh_load.py` pins this), so programs loaded
 afterwards use the class directly.
 
-An input of such a class needs its module imported before the program is loaded: building or unpickling the input
-needs the class anyway, and a program loaded earlier expects the placeholder in its input spec.
+For an input of such a class, torch.export.load (2.13) imports the module itself before it reads the input spec: it
+unpickles the program's example inputs first, and when weights-only unpickling refuses the class (not a safe global
+before its module is imported), retries without, which imports the module (and logs a warning).
 """
 
 import functools
@@ -24,7 +25,7 @@ from torch.utils import _pytree as pytree
 
 
 def import_modules(package: str, modules: tuple[str, ...]) -> None:
-    """Import `modules` (absolute, or relative to `package`): they register ModelOutput classes or define custom ops."""
+    """Import `modules` (absolute, or relative to `package`): they register ModelOutput classes, define custom ops."""
     for module in modules:
         importlib.import_module(module, package)
 
