@@ -141,7 +141,7 @@ def test_a_custom_op_is_one_defined_when_the_module_runs():
     defined = [
         "import torch\n\n@torch.library.custom_op('x::f', mutates_args=())\ndef f(x): return x\n",
         "from torch.library import custom_op\n\n@custom_op('x::f', mutates_args=())\ndef f(x): return x\n",
-        "import torch\nif torch.cuda.is_available() or True:\n    torch.library.custom_op('x::f', g, mutates_args=())\n",
+        "import torch\nif torch.cuda.is_available():\n    torch.library.custom_op('x::f', g, mutates_args=())\n",
         "import torch.library as library\nlib = library.Library('x', 'DEF')\n",
     ]
     for source in defined:

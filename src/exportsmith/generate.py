@@ -123,8 +123,8 @@ def _loading_calls(loading: PackageLoading) -> str:
     text = ""
     if loading.eager:
         text += (
-            "\n# The modules whose import registers the ModelOutput classes the models return, or defines the custom ops "
-            "they call\n_loading.import_modules(\n    __name__,\n    (\n"
+            "\n# The modules whose import registers the ModelOutput classes the models return, or defines the custom "
+            "ops they call\n_loading.import_modules(\n    __name__,\n    (\n"
         )
         text += "".join(f'{INDENT * 2}"{module}",  # {why}\n' for module, why in loading.eager.items())
         text += "    ),\n)\n"

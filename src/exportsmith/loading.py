@@ -15,9 +15,9 @@ its custom ops when the module defining them is imported (`transformers::grouped
   since the package's name is only known when it is imported.
 
 Static, from source (`ast`): a class is a ModelOutput when a base resolves, through the imports of the module that
-names it (re-exports, lazy packages' `TYPE_CHECKING` imports, star imports), to transformers' `utils.generic.ModelOutput`
-or to another such class, wherever that is defined; the package's model modules answer from their rewritten source,
-any other transformers module from the installed one. Nothing is imported.
+names it (re-exports, lazy packages' `TYPE_CHECKING` imports, star imports), to transformers'
+`utils.generic.ModelOutput` or to another such class, wherever that is defined; the package's model modules answer
+from their rewritten source, any other transformers module from the installed one. Nothing is imported.
 """
 
 from __future__ import annotations
