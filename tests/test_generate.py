@@ -109,6 +109,28 @@ def test_model_init_is_laid_out_as_black_lays_it_out(count, width):
     assert ast.literal_eval(statements[2].value) == names
 
 
+@pytest.mark.parametrize("count", [1, 2, 9])
+@pytest.mark.parametrize("width", [6, 30])
+def test_the_package_init_lays_out_its_loading_tables_as_black_lays_them_out(count, width):
+    """The tables cross black's split of a tuple of class names (on one line, one name a line; a single name keeps
+    its comma)."""
+    import black
+
+    from exportsmith.generate import LINE_LENGTH, _loading_calls
+    from exportsmith.loading import CUSTOM_OPS, MODEL_OUTPUTS, PackageLoading
+
+    names = tuple(f"Output{index:0{width}d}" for index in range(count))
+    loading = PackageLoading(
+        {"transformers.integrations.moe": CUSTOM_OPS, "transformers.modeling_outputs": MODEL_OUTPUTS},
+        {".toy.modeling_toy": names, "transformers.models.other.modeling_other": ("OtherOutput",)},
+    )
+    text = _loading_calls(loading).lstrip("\n")
+    assert text == black.format_str(text, mode=black.Mode(line_length=LINE_LENGTH))
+    calls = [statement.value for statement in ast.parse(text).body]
+    assert ast.literal_eval(calls[0].args[1]) == tuple(loading.eager)
+    assert ast.literal_eval(calls[1].args[1]) == loading.deferred
+
+
 def test_output_is_identical_under_different_hash_seeds(tmp_path):
     outputs = []
     for seed in ("0", "12345"):

@@ -131,8 +131,18 @@ def perturbed_llama(when) -> type:
     return LlamaForCausalLM
 
 
-def test_verify_passes_an_identical_copy(monkeypatch):
-    result = verify_model("llama", install_package(monkeypatch, "same_llama", generated_llama.LlamaForCausalLM))
+def test_verify_passes_an_identical_copy(monkeypatch, tmp_path):
+    # on disk: the save/load stage imports the package in a fresh process. Its registrations are `generated`'s, as
+    # the process that saves and the one that loads must agree on them
+    package = tmp_path / "same_llama"
+    (package / "llama").mkdir(parents=True)
+    (package / "__init__.py").write_text("import generated  # noqa: F401 (registers the cache pytree nodes)\n")
+    (package / "llama" / "__init__.py").write_text("")
+    (package / "llama" / "modeling_llama.py").write_text(
+        "from generated.llama.modeling_llama import LlamaForCausalLM  # noqa: F401\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = verify_model("llama", "same_llama")
     assert result.ok and result.eager_identical and result.failure is None, result.summary
     assert len(result.cases) == (len(DECODE_CASES) + len(PREFILL_CASES)) * len(DIM_STYLES)
     assert {record.dims for record in result.cases} == set(DIM_STYLES)
@@ -193,16 +203,19 @@ def test_an_encoder_decoder_decodes_from_encoder_outputs_and_an_encoder_decoder_
     assert len({case.inputs()["encoder_outputs"][0].shape[1] for case in decode.cases}) > 1
 
 
-def test_encoder_outputs_of_a_decode_step_are_contiguous_even_when_the_encoder_returns_a_view():
-    # fsmt's encoder returns a transpose; export of a view input guards on the sizes of the tensor it views
+def test_the_tensors_of_a_decode_step_are_no_views_even_when_the_encoder_returns_one():
+    # fsmt's encoder returns a transpose, the new decoder tokens are a slice of the seeded ones; export of a view input
+    # guards on the sizes of the tensor it views, and the program then fails on a tensor that is no view, as one
+    # loaded from a file
     from exportsmith.verify.check import build_pair, programs_for
 
     original, _ = build_pair("fsmt", None)
     decode = programs_for(original)[0]
     assert decode.name == "decode"
     for case in decode.cases:
-        encoder_output = case.inputs()["encoder_outputs"][0]
-        assert encoder_output.is_contiguous() and encoder_output._base is None
+        inputs = case.inputs()
+        for tensor in (inputs["encoder_outputs"][0], inputs["decoder_input_ids"]):
+            assert tensor.is_contiguous() and tensor._base is None
 
 
 def test_a_failure_is_located_in_the_innermost_frame_of_the_named_packages(tmp_path):
@@ -438,3 +451,115 @@ def test_a_program_traced_on_a_cache_that_crossed_its_window_accepts_a_fresh_cac
             assert torch.allclose(
                 program.module()(**inputs(batch, new, past)).logits, expected, atol=MAX_ABS_DIFF, rtol=0
             )
+
+
+OUTPUTS_MODULE = """
+import dataclasses
+
+import torch
+from torch.utils import _pytree as pytree
+
+
+@dataclasses.dataclass
+class Pair:
+    first: torch.Tensor
+    second: torch.Tensor
+
+
+pytree.register_dataclass(Pair, serialized_type_name=f"{__name__}.Pair")
+torch.serialization.add_safe_globals([Pair])  # as the cache-pytree codemod's registration does for a cache
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return Pair(x + 1, x * 2)
+
+
+class Sum(torch.nn.Module):
+    def forward(self, pair):
+        return pair.first + pair.second
+"""
+
+
+def outputs_package(tmp_path, monkeypatch, name: str, registers: bool):
+    """A package on disk whose `outputs` module registers `Pair`; its `__init__` imports that module or not."""
+    import importlib
+
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "__init__.py").write_text("from . import outputs  # noqa: F401\n" if registers else "")
+    (tmp_path / name / "outputs.py").write_text(OUTPUTS_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return importlib.import_module(f"{name}.outputs")
+
+
+@pytest.mark.parametrize("registers", [False, True])
+def test_save_load_loads_in_a_fresh_process_that_imports_only_the_package(monkeypatch, tmp_path, registers):
+    """The program returns a type that the package's module registers; the harness's process imported that module,
+    a fresh process importing the package alone has it only when the package's `__init__` imports it."""
+    from exportsmith.verify.check import Case, Program, VerifyResult, check_programs, run
+
+    name = f"outputs_package_{registers}"
+    model = outputs_package(tmp_path, monkeypatch, name, registers).Model()
+    cases = tuple(
+        Case(f"batch{b}", b, 0, 0, lambda b=b: {"x": torch.randn(b, 4, generator=torch.Generator().manual_seed(b))})
+        for b in (2, 3)
+    )
+    program = Program("forward", cases)
+    references = {(program.name, case.name): run(model, case) for case in cases}
+    result = check_programs(VerifyResult("fixture"), model, [program], references, (name,), imports=(name,))
+    if registers:
+        assert result.ok, result.summary
+    else:
+        assert result.failure == "save-load", result.summary
+        assert result.message == (
+            f"RuntimeError: in a fresh process (import torch, {name}): NotImplementedError: Deserializing "
+            f"{name}.outputs.Pair in pytree is not registered"
+        )
+
+
+def test_a_fresh_process_error_is_the_first_exception_it_reports_in_one_line():
+    from exportsmith.verify.check import fresh_process_error
+
+    prefix = "W1205 14:44:13.696000 6029 torch/export/__init__.py:348] "
+    logged = (
+        f"{prefix}Ran into the following error when deserializing\n{prefix}Traceback (most recent call last):\n"
+        f"{prefix}torch._export.serde.serialize.SerializeError: We failed to resolve "
+        "torch.ops.transformers.grouped_mm_fallback.default to an operator. If it's a custom op, ...\n"
+        "Traceback (most recent call last):\n"
+        "RuntimeError: We ran into an error when deserializing the saved file. Please check the warnings above.\n"
+    )
+    assert fresh_process_error(logged) == (
+        "SerializeError: We failed to resolve torch.ops.transformers.grouped_mm_fallback.default to an operator"
+    )
+    refused = (
+        "_pickle.UnpicklingError: Weights only load failed. This file can still be loaded, ...\n"
+        "\tWeightsUnpickler error: Unsupported global: GLOBAL pkg.Cache was not an allowed global by default. Please\n"
+    )
+    assert (
+        fresh_process_error(refused)
+        == "UnpicklingError: Unsupported global: GLOBAL pkg.Cache was not an allowed global by default"
+    )
+
+
+def test_torch_export_load_imports_the_module_of_an_example_inputs_class(monkeypatch, tmp_path):
+    """What README says of a program taking a cache class that a model module defines (and registers): in a process
+    that imported only the package, torch.export.load unpickles the program's example inputs, fails weights-only on
+    the class, retries without (which imports its module, registering the class) and reads the input spec after."""
+    from exportsmith.verify.check import Case, Program, VerifyResult, check_programs, run
+
+    name = "inputs_package"
+    outputs = outputs_package(tmp_path, monkeypatch, name, registers=False)
+
+    def inputs(batch):
+        generator = torch.Generator().manual_seed(batch)
+        return {
+            "pair": outputs.Pair(
+                torch.randn(batch, 4, generator=generator), torch.randn(batch, 4, generator=generator)
+            )
+        }
+
+    program = Program("forward", tuple(Case(f"batch{b}", b, 0, 0, lambda b=b: inputs(b)) for b in (2, 3)))
+    model = outputs.Sum()
+    references = {(program.name, case.name): run(model, case) for case in program.cases}
+    result = check_programs(VerifyResult("fixture"), model, [program], references, (name,), imports=(name,))
+    assert result.ok, result.summary

@@ -25,8 +25,8 @@ refused (the tiny model would exceed the memory budget); build; eager (the origi
 export-error (exception type, first line, and the innermost frame of transformers or the generated package);
 mismatch (the program disagrees with eager at its own example); silent-specialisation (it agrees at the example and
 disagrees at another shape: exported, and wrong); guard-rejected (it refuses another shape); save-load (the first
-program saved and loaded disagrees or fails); greedy-mismatch (an LM's greedy loops driven by its programs, see
-`greedy.py`, give other tokens than transformers' generate, or fail).
+program, saved and loaded in a fresh process that imports only the package, disagrees or fails); greedy-mismatch (an
+LM's greedy loops driven by its programs, see `greedy.py`, give other tokens than transformers' generate, or fail).
 
 A guard-rejected program, and an export refused because the code pins a dim declared dynamic ("Constraints
 violated"), carry the guard at fault and the line that made it (`guards.guard_source`: location, line text, and
@@ -39,6 +39,9 @@ import importlib
 import logging
 import math
 import os
+import re
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -211,7 +214,10 @@ def verify_model(
         except Exception as error:
             return result.fail("eager-mismatch", str(error))
     result.eager_identical = generated is not None
-    return check_programs(result, subject_model, programs, references, where, original, styles)
+    # what a process that loads the saved program imports first: the package (the README's `import torch, generated`),
+    # or, for transformers' own class, the module that defines it (`from transformers import X` imports it)
+    imports = (package,) if generated is not None else (type(original).__module__,)
+    return check_programs(result, subject_model, programs, references, where, original, styles, imports)
 
 
 def check_programs(
@@ -222,11 +228,13 @@ def check_programs(
     where: tuple[str, ...],
     original: torch.nn.Module | None = None,
     styles: tuple[str, ...] | None = None,
+    imports: tuple[str, ...] = (),
 ) -> VerifyResult:
     """Export each program of `model` the way `result.subject` does, in each dynamic-shape style of `styles_of`, run
-    it at its cases against `references` ((program, case) -> eager output), save and load the first program of the
-    first style, and for an LM run greedy loops with the first style's programs against `original`'s generate (`model`
-    by default); the verdict goes in `result`, frames of the packages `where` names locate failures."""
+    it at its cases against `references` ((program, case) -> eager output), save the first program of the first
+    style and load it in a fresh process that imports `imports` first (`save_and_load`), and for an LM run greedy
+    loops with the first style's programs against `original`'s generate (`model` by default); the verdict goes in
+    `result`, frames of the packages `where` names locate failures."""
     subject, subject_model = result.subject, model
     styles = styles_of(subject) if styles is None or subject == "dynamo-exporter" else styles
     exported, export_errors = {}, []
@@ -278,8 +286,8 @@ def check_programs(
     try:
         program = programs[0]
         case = program.cases[1 if len(program.cases) > 1 else 0]
-        loaded = runnable_of(save_and_load(exported[program.name, styles[0]]))
-        diff = max_abs_diff(references[program.name, case.name], run(loaded, case))
+        loaded = save_and_load(exported[program.name, styles[0]], case, imports)
+        diff = max_abs_diff(references[program.name, case.name], loaded)
     except Exception as error:
         return result.fail("save-load", first_line(error))
     if not diff <= MAX_ABS_DIFF:
@@ -482,10 +490,12 @@ def seq2seq_inputs(original: torch.nn.Module, layout: int, shape: InputShape, pa
         prefix = original(**full, decoder_input_ids=decoder_ids[:, :past], use_cache=True)
     inputs = {
         # a tuple, not a BaseModelOutput: torch.export.load unpickles example inputs weights-only, and a ModelOutput
-        # (an OrderedDict subclass) cannot be unpickled that way. A fresh contiguous tensor, as a runtime feeds it: a
-        # view (fsmt's encoder returns a transpose) makes export guard on the sizes of the tensor it views
+        # (an OrderedDict subclass) cannot be unpickled that way. Fresh contiguous tensors, as a runtime feeds them: a
+        # view (fsmt's encoder returns a transpose, the new tokens are a slice) makes export guard on the sizes of the
+        # tensor it views, and the program then fails on a tensor that is no view ('NoneType' object has no attribute
+        # 'size')
         "encoder_outputs": (prefix.encoder_last_hidden_state.clone(memory_format=torch.contiguous_format),),
-        "decoder_input_ids": decoder_ids[:, past:],
+        "decoder_input_ids": decoder_ids[:, past:].clone(memory_format=torch.contiguous_format),
         cache_keyword(original): output_cache(prefix),
         "use_cache": True,
     }
@@ -752,20 +762,92 @@ def runnable_of(exported):
     return exported if hasattr(exported, "save_pretrained") else exported.module()
 
 
-def save_and_load(exported):
-    """The saved-and-loaded copy of an exported program: through torch.export, or the exporter's own
-    save_pretrained / from_pretrained."""
+def save_and_load(exported, case: Case, imports: tuple[str, ...] = ()):
+    """The outputs at `case` of the saved-and-loaded copy of an exported program. A torch.export program is loaded
+    and run in a fresh Python process that imports torch and `imports` first, as a user's process would (`import torch,
+    generated`): the harness's own process has imported the model modules, whose imports register what loading needs,
+    and would hide a registration that the package alone does not make. transformers' exporter's ExportedModel is
+    saved and loaded by its own save_pretrained / from_pretrained, in this process (its format is transformers')."""
+    if hasattr(exported, "save_pretrained"):  # a transformers.exporters ExportedModel
+        return run(runnable_of(_reloaded_exported_model(exported)), case)
     with tempfile.TemporaryDirectory() as directory:
-        if hasattr(exported, "save_pretrained"):  # a transformers.exporters ExportedModel
-            exported.save_pretrained(directory)
-            # its example inputs hold a cache that torch unpickles weights-only, fails, retries, and then logs a
-            # warning whose formatting itself fails with a traceback on stderr: silence that logger
-            serde = logging.getLogger("torch._export.serde.serialize")
-            serde.disabled, was_disabled = True, serde.disabled
-            try:
-                return type(exported).from_pretrained(directory, trust_remote_code=True)  # our own pickle
-            finally:
-                serde.disabled = was_disabled
-        path = os.path.join(directory, "program.pt2")
-        torch.export.save(exported, path)
-        return torch.export.load(path)
+        program, inputs, outputs = (
+            os.path.join(directory, name) for name in ("program.pt2", "inputs.pt", "outputs.pt")
+        )
+        torch.export.save(exported, program)
+        torch.save(case.inputs(), inputs)
+        # the harness's sys.path (where the package lives), in the order it has it
+        environment = {**os.environ, "PYTHONPATH": os.pathsep.join(path or os.getcwd() for path in sys.path)}
+        try:
+            finished = subprocess.run(
+                [sys.executable, "-c", FRESH_LOAD, ",".join(imports), program, inputs, outputs, str(os.getpid())],
+                env=environment,
+                capture_output=True,
+                text=True,
+                timeout=FRESH_LOAD_TIMEOUT,
+            )
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"a fresh process did not load and run the program in {FRESH_LOAD_TIMEOUT} s") from None
+        if finished.returncode != 0:
+            imported = ", ".join(("torch", *imports))
+            raise RuntimeError(f"in a fresh process (import {imported}): {fresh_process_error(finished.stderr)}")
+        # our own file, holding the package's and transformers' classes: not a weights-only load
+        return torch.load(outputs, weights_only=False)
+
+
+# The fresh process: import what a user imports first, load the program, run it at the inputs (unpickled weights-only,
+# as a runtime fed from a file would: a cache must be a safe global), save the outputs.
+FRESH_LOAD = """
+import importlib, os, sys
+if sys.platform == "linux":  # die with the harness's process (a sweep kills a child that runs past its timeout)
+    import ctypes, signal
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != int(sys.argv[5]):
+        sys.exit("the harness's process has ended")
+import torch
+for module in filter(None, sys.argv[1].split(",")):
+    importlib.import_module(module)
+program = torch.export.load(sys.argv[2])
+inputs = torch.load(sys.argv[3], weights_only=True)
+torch.manual_seed(0)
+with torch.no_grad():
+    torch.save(program.module()(**inputs), sys.argv[4])
+"""
+FRESH_LOAD_TIMEOUT = 300.0  # seconds
+
+# A line torch's logging writes (`W1205 14:43:46.876000 5998 torch/export/__init__.py:348] message`): its prefix
+_LOG_PREFIX = re.compile(r"^[DIWEC]\d{4} [\d:.]+ +\d+ \S+\] ?")
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Za-z_]\w*(?:Error|Exception)): (.*)")
+
+
+# The line of a weights-only unpickling error that names what it refused (the exception's first line does not)
+_UNPICKLER_LINE = re.compile(r"WeightsUnpickler error: (.*)")
+
+
+def fresh_process_error(stderr: str) -> str:
+    """The first exception a failed fresh process reports, in one short line: torch.export.load logs the error it met
+    as a warning with its traceback and then raises a RuntimeError that only says to read the warnings."""
+    lines = [_LOG_PREFIX.sub("", line) for line in stderr.splitlines()]
+    for line in lines:
+        found = _EXCEPTION_LINE.match(line)
+        if found:
+            kind, message = found.groups()
+            refused = next((match.group(1) for match in map(_UNPICKLER_LINE.search, lines) if match), None)
+            # the first sentence: torch's messages go on with advice, or a whole graph node
+            message = (refused or message).split(". ")[0].rstrip(".")
+            return f"{kind}: {message[:300]}"
+    lines = [line for line in lines if line.strip()]
+    return lines[-1] if lines else "it exited with no message"
+
+
+def _reloaded_exported_model(exported):
+    with tempfile.TemporaryDirectory() as directory:
+        exported.save_pretrained(directory)
+        # its example inputs hold a cache that torch unpickles weights-only, fails, retries, and then logs a
+        # warning whose formatting itself fails with a traceback on stderr: silence that logger
+        serde = logging.getLogger("torch._export.serde.serialize")
+        serde.disabled, was_disabled = True, serde.disabled
+        try:
+            return type(exported).from_pretrained(directory, trust_remote_code=True)  # our own pickle
+        finally:
+            serde.disabled = was_disabled
