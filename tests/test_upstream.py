@@ -71,7 +71,7 @@ def _outcome(record: dict) -> dict:
     verdict, failure kind, and per evaluation case whether it raised or where its max|diff| lies against the harness's
     tolerance. Not the max|diff| itself: the record was measured on another CPU, whose kernels round differently
     (gemma3's decode-step-batch4 was recorded at 7.2e-7 and gives 1.2e-6 on an AVX2-only machine)."""
-    cases = [(case["program"], case["name"], _case_outcome(case)) for case in record["cases"]]
+    cases = [(case["program"], case.get("dims"), case["name"], _case_outcome(case)) for case in record["cases"]]
     return {"ok": record["ok"], "failure": record["failure"], "cases": cases}
 
 

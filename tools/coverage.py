@@ -39,7 +39,7 @@ from exportsmith.verify.onnx_check import ONNX_MAX_ABS_DIFF
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "python tools/coverage.py"
-TIMEOUT = 300.0  # seconds per model and subject
+TIMEOUT = 900.0  # seconds per model and subject (three dims styles, a fresh process, greedy loops)
 REASON_WIDTH = 110  # characters of a failure's first line shown in the table
 GUARD_LINE_WIDTH = 70  # characters of a guard's source line shown in the table
 REASON_KEPT = 600  # characters of a failure's reason kept in COVERAGE.json (the sweep records hold it whole)
