@@ -384,19 +384,29 @@ def test_a_copy_of_oneformer_gets_the_input_projections_that_its_state_dict_leav
 
 
 def test_named_dims_share_one_batch_and_one_tokens_dim_and_leave_the_rest_dynamic():
-    from exportsmith.verify.check import BATCH, TOKENS, build_pair, programs_for, varying_dims
+    from dataclasses import replace
+
+    from exportsmith.verify.check import tokens_dim
+    from exportsmith.verify.check import BATCH, build_pair, programs_for, varying_dims
 
     original, generated = build_pair("llama", "generated")
     decode, prefill = programs_for(original, cache_model=generated)
     named = varying_dims(decode, "named")
-    assert named["input_ids"] == {0: BATCH, 1: TOKENS}
+    tokens = named["input_ids"][1]
+    assert named["input_ids"] == {0: BATCH, 1: tokens} and (tokens.__name__, tokens.min, tokens.max) == (
+        "tokens",
+        1,
+        64,
+    )
     assert named["attention_mask"] == {0: BATCH, 1: torch.export.Dim.DYNAMIC}  # past + new: its own dim
     cache_dims = [leaf for leaf in pytree.tree_leaves(named["cache"], is_leaf=lambda x: isinstance(x, dict))]
     assert all(dims == {0: BATCH, 2: torch.export.Dim.DYNAMIC} for dims in cache_dims if isinstance(dims, dict))
-    assert varying_dims(prefill, "named")["input_ids"] == {0: BATCH, 1: TOKENS}
+    assert varying_dims(prefill, "named")["input_ids"][0] is BATCH
     assert varying_dims(decode, "auto")["input_ids"] == {0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO}
     assert varying_dims(decode)["input_ids"] == {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}
-    assert (BATCH.min, TOKENS.min) == (1, 1)
+    assert (BATCH.min, BATCH.max) == (1, 32)
+    longer = replace(prefill, cases=(*prefill.cases, replace(prefill.cases[-1], name="long", new_tokens=100)))
+    assert tokens_dim(longer).max == 100  # the range holds every case
     with pytest.raises(ValueError, match="unknown dims style"):
         varying_dims(decode, "static")
 

@@ -614,15 +614,22 @@ def tensor_diff(expected: torch.Tensor, actual: torch.Tensor) -> float:
 
 
 # The dynamic-shape styles users write, each a way to declare the dims that vary between a program's cases:
-# - "named": `Dim("batch", min=1)` for the batch and `Dim("tokens", min=1)` for the new tokens (the text length of a
-#   forward) shared by every input that has them, `Dim.DYNAMIC` for the others (a cache's length, the attention
-#   mask's). A guard on a named dim that its range does not imply is an export error;
+# - "named": `Dim("batch", min=1, max=32)` for the batch and `Dim("tokens", min=1, max=64)` for the new tokens (the
+#   text length of a forward; the max grows to the program's longest case), shared by every input that has them,
+#   `Dim.DYNAMIC` for the others (a cache's length, the attention mask's). A guard on a named dim that its range does
+#   not imply is an export error. The bounds are the ones users write: a model with learned positions (bert's 512)
+#   guards on the length, and an unbounded range would contradict it;
 # - "dynamic": `Dim.DYNAMIC` everywhere (code that specialises a dim is an export error);
 # - "auto": `Dim.AUTO` everywhere (torch specialises where the code does, and the program rejects other sizes).
 # The first is the primary one: its programs are saved and loaded and drive the greedy loops.
 DIM_STYLES = ("named", "dynamic", "auto")
-BATCH = torch.export.Dim("batch", min=1)
-TOKENS = torch.export.Dim("tokens", min=1)
+BATCH = torch.export.Dim("batch", min=1, max=32)
+TOKENS_MAX = 64
+
+
+def tokens_dim(program: Program) -> torch.export.Dim:
+    """The named style's dim of the new tokens: from 1 to 64, or to the program's longest case."""
+    return torch.export.Dim("tokens", min=1, max=max(TOKENS_MAX, *(case.new_tokens for case in program.cases)))
 
 
 def styles_of(subject: str) -> tuple[str | None, ...]:
@@ -645,6 +652,7 @@ def varying_dims(program: Program, style: str = "dynamic") -> dict:
     example = all_inputs[0]
     batches = [case.batch for case in program.cases]
     tokens = [case.new_tokens for case in program.cases]
+    tokens_named = tokens_dim(program)
 
     def dim(sizes: list[int]):
         if style == "auto":
@@ -652,7 +660,7 @@ def varying_dims(program: Program, style: str = "dynamic") -> dict:
         if style == "named" and sizes == batches:
             return BATCH
         if style == "named" and sizes == tokens:
-            return TOKENS
+            return tokens_named
         return torch.export.Dim.DYNAMIC
 
     shapes = {}
