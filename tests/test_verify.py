@@ -495,7 +495,7 @@ def outputs_package(tmp_path, monkeypatch, name: str, registers: bool):
     """A package on disk whose `outputs` module registers `Pair`; its `__init__` imports that module or not."""
     import importlib
 
-    (tmp_path / name).mkdir()
+    (tmp_path / name).mkdir(parents=True)
     (tmp_path / name / "__init__.py").write_text("from . import outputs  # noqa: F401\n" if registers else "")
     (tmp_path / name / "outputs.py").write_text(OUTPUTS_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -525,6 +525,26 @@ def test_save_load_loads_in_a_fresh_process_that_imports_only_the_package(monkey
             f"RuntimeError: in a fresh process (import torch, {name}): NotImplementedError: Deserializing "
             f"{name}.outputs.Pair in pytree is not registered"
         )
+
+
+def test_the_fresh_process_imports_the_package_the_harness_imports_not_one_in_its_working_directory(
+    monkeypatch, tmp_path
+):
+    # the coverage sweep verifies `build/coverage/generated` from a repository whose root holds the committed
+    # `generated`: `python -c` puts its working directory first on sys.path, ahead of PYTHONPATH
+    from exportsmith.verify.check import Case, Program, VerifyResult, check_programs, run
+
+    name = "shadowed_outputs_package"
+    model = outputs_package(tmp_path / "swept", monkeypatch, name, registers=True).Model()
+    shadow = tmp_path / "root" / name
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('the package of the working directory')\n")
+    monkeypatch.chdir(shadow.parent)
+    case = Case("batch2", 2, 0, 0, lambda: {"x": torch.randn(2, 4, generator=torch.Generator().manual_seed(2))})
+    program = Program("forward", (case,))
+    references = {(program.name, case.name): run(model, case)}
+    result = check_programs(VerifyResult("fixture"), model, [program], references, (name,), imports=(name,))
+    assert result.ok, result.summary
 
 
 def test_a_fresh_process_error_is_the_first_exception_it_reports_in_one_line():

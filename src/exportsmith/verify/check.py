@@ -784,11 +784,14 @@ def save_and_load(exported, case: Case, imports: tuple[str, ...] = ()):
         )
         torch.export.save(exported, program)
         torch.save(case.inputs(), inputs)
-        # the harness's sys.path (where the package lives), in the order it has it
-        environment = {**os.environ, "PYTHONPATH": os.pathsep.join(path or os.getcwd() for path in sys.path)}
+        # the harness's sys.path (where the package lives), in the order it has it; run from the temporary directory:
+        # `python -c` puts its working directory first, and the harness's (a repository's root) may hold another
+        # package of the same name (the coverage sweep's `build/coverage/generated` against the committed one)
+        environment = {**os.environ, "PYTHONPATH": os.pathsep.join(os.path.abspath(path) for path in sys.path)}
         try:
             finished = subprocess.run(
                 [sys.executable, "-c", FRESH_LOAD, ",".join(imports), program, inputs, outputs, str(os.getpid())],
+                cwd=directory,
                 env=environment,
                 capture_output=True,
                 text=True,
