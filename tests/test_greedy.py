@@ -65,3 +65,12 @@ def test_a_tie_is_two_tokens_within_rounding_in_every_row():
     assert is_tie(logits, torch.tensor([1, 0]), torch.tensor([0, 0]), MAX_ABS_DIFF)
     assert not is_tie(logits, torch.tensor([1, 0]), torch.tensor([0, 2]), MAX_ABS_DIFF)
     assert not is_tie(logits, torch.tensor([1, 0]), torch.tensor([2, 0]), MAX_ABS_DIFF)
+
+
+def test_generate_applies_no_logits_processing_of_the_models_generation_config():
+    # blenderbot's config forces EOS at the last step: the programs' loop takes the argmax, and so must generate
+    original, _ = build_pair("blenderbot", None)
+    assert original.generation_config.forced_eos_token_id is not None
+    loops = greedy_loops(original, original, original, True, vocab(original.config), MAX_ABS_DIFF)
+    assert all(loop.match for loop in loops), [loop.describe() for loop in loops]
+    assert original.generation_config.forced_eos_token_id is not None  # left as it was

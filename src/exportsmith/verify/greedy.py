@@ -4,8 +4,9 @@ What a user of a decoder LM's programs does: run the prefill program on the prom
 position's logits, then feed that token, a grown attention mask and the cache the last program returned to the
 decode program, again and again. `greedy_loops` does exactly that for prompts of `PROMPT_LENGTHS` tokens at
 `BATCHES` (seeded, no padding), `NEW_TOKENS` steps each, and compares the token ids with the original model's
-`GenerationMixin.generate(do_sample=False)` on the same prompt (no EOS, so every row runs all the steps; the plain
-generation loop, not a model's own `generate` override, which may add forced tokens). An encoder-decoder's loop starts
+`GenerationMixin.generate(do_sample=False)` on the same prompt: the plain generation loop, without EOS (every row
+runs all the steps) and without the logits processing a model's generation config asks for (forced or suppressed
+tokens, penalties: the same post-processing of any program's logits), not a model's own `generate` override. An encoder-decoder's loop starts
 from its decoder start token with the forward program (encoder inputs and that one token), then runs the decode
 program with the encoder's output, the encoder's attention mask and the cache.
 
@@ -16,7 +17,6 @@ that is not a bug. Such a step is reported as a tie (`GreedyRecord.tie`) and pas
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -131,11 +131,16 @@ def generation_config(model: torch.nn.Module) -> GenerationConfig:
 def reference(model: torch.nn.Module, prompt: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """The new token ids ([batch, NEW_TOKENS]) of the plain generation loop on `prompt`, and its logits per step."""
     config = generation_config(model)
-    # generate() fills the fields a given config leaves None from the model's own generation config: without EOS
-    # there too, a row that produced it would be padded and the loop would stop early
+    # generate() fills the fields a given config leaves None from the model's own generation config: that one must
+    # hold no EOS either (a row that produced it would be padded, and the loop would stop early) and no logits
+    # processing (blenderbot's forced EOS at the last step, bart's forced BOS, suppressed tokens, penalties): the
+    # plain loop takes the argmax of the model's logits, as the programs' loop does
     saved = model.generation_config
-    model.generation_config = copy.deepcopy(saved)
-    model.generation_config.eos_token_id = None
+    model.generation_config = GenerationConfig(
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        decoder_start_token_id=config.decoder_start_token_id,
+    )
     torch.manual_seed(0)
     try:
         with torch.no_grad():
