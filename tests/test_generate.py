@@ -236,7 +236,7 @@ def test_regeneration_keeps_verification_records_and_check_ignores_them(tmp_path
 
 def test_a_shared_module_rewritten_in_place_is_vendored_whole_and_models_import_it(rendered):
     text = rendered.files["_shared/masking_utils.py"]
-    assert "# codemods: export-early-return, vmap-masks" in text
+    assert "# codemods: pad-to-min-length, export-early-return, vmap-masks" in text
     assert "torch.vmap(" not in text and "TransformGetItemToIndex" not in text
     assert "def sdpa_mask(" in text and "from transformers.cache_utils import Cache\n" in text
     compile(text, "masking_utils.py", "exec")

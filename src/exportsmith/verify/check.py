@@ -62,7 +62,7 @@ from exportsmith.verify.real import window_cases
 from exportsmith.verify.shapes import dynamic_shapes_like, with_named_inputs
 from exportsmith.verify.tasks import AUDIO_LAYOUTS, EXAMPLE, InputShape, config_for, dummy_inputs, model_class
 from exportsmith.verify.tasks import forward_parameters, takes_audio, vocab
-from exportsmith.verify.tiny import MAX_PARAMS, TooLarge, build_tiny_model, tiny_config
+from exportsmith.verify.tiny import TooLarge, build_tiny_model, tiny_config
 
 # Exported programs run the same float32 kernels as eager, but decompositions and shape-dependent kernel choices may
 # reorder reductions: allow rounding-level differences, far below what a wrong branch or mask produces.
@@ -324,7 +324,7 @@ def build_pair(
     _, original_class = model_class(model_type)
     shared = config is not None
     config = config_for(original_class, config if shared else tiny_config(model_type))
-    original = build_tiny_model(original_class, config, max_params=None if shared else MAX_PARAMS)
+    original = build_tiny_model(original_class, config, budget=not shared)
     if package is None:
         return original, None
     # The copy of the module that defines the class: a part of a model (AltRobertaModel) is not in its package's

@@ -876,15 +876,13 @@ def parameter_count(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
 
 
-def build_tiny_model(
-    model_class: type, config: PretrainedConfig, max_params: int | None = MAX_PARAMS
-) -> torch.nn.Module:
-    """`model_class(config)` in eval mode with seeded weights; TooLarge (counted on `meta`) before any allocation
-    when it would exceed `max_params` (None: no budget)."""
-    if max_params is not None:
+def build_tiny_model(model_class: type, config: PretrainedConfig, budget: bool = True) -> torch.nn.Module:
+    """`model_class(config)` in eval mode with seeded weights; with `budget`, TooLarge (counted on `meta`) before any
+    allocation when it would exceed MAX_PARAMS (a real configuration is built without one)."""
+    if budget:
         with torch.device("meta"):
             count = parameter_count(model_class(config))
-        if count > max_params:
-            raise TooLarge(f"{count:,} parameters and buffers > budget {max_params:,}")
+        if count > MAX_PARAMS:
+            raise TooLarge(f"{count:,} parameters and buffers > budget {MAX_PARAMS:,}")
     torch.manual_seed(0)
     return model_class(config).eval()
