@@ -351,3 +351,12 @@ def test_the_cycles_a_paused_render_leaves_are_freed_when_it_ends():
     gc.collect()
     alive = _without_cyclic_gc(render_leaving_a_cycle)()
     assert alive() is None and gc.isenabled()
+
+
+def test_auto_classes_imported_from_the_auto_module_are_the_generated_ones_too():
+    # `from ..auto.modeling_auto import AutoModel` (cosmos3_omni and ~20 more) gets the package's auto classes, as
+    # `from ..auto import AutoModel` does: the text model it builds must be the generated copy, not transformers' own
+    files = render(TF, ["cosmos3_omni"]).files
+    text = files["cosmos3_omni/modeling_cosmos3_omni.py"]
+    assert "from .._shared.models.auto import AutoModel\n" in text
+    assert "modeling_auto import" not in text

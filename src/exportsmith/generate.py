@@ -29,7 +29,7 @@ from .content_cache import ContentCache, key
 from .discover import ModelFiles, Transformers
 from .loading import ModuleSummary, PackageLoading, package_loading, summarize
 from .pipeline import Change, run_codemods
-from .vendor import AUTO_MODULE, SHARED_PACKAGE, auto_class_names, vendor_auto_classes, vendor_module, vendor_shared
+from .vendor import AUTO_MODULES, SHARED_PACKAGE, auto_class_names, vendor_auto_classes, vendor_module, vendor_shared
 
 PATCH = "upstream.patch"
 LOADING_TEMPLATE = Path(__file__).parent / "templates" / "loading.py"
@@ -211,7 +211,8 @@ def _render_shared(tf: Transformers, codemods: tuple[type[Codemod], ...]) -> dic
     names = auto_class_names((tf.root / "models" / "auto" / "modeling_auto.py").read_text(encoding="utf-8"))
     files[f"{SHARED_PACKAGE}/models/__init__.py"] = files[f"{SHARED_PACKAGE}/__init__.py"]
     files[f"{SHARED_PACKAGE}/models/auto.py"] = vendor_auto_classes(tf.version, names)
-    added[AUTO_MODULE] = sorted(names)
+    for module in AUTO_MODULES:
+        added[module] = sorted(names)
     files[f"{SHARED_PACKAGE}/{PATCH}"] = "".join(patch)
     # what the codemods found in the shared modules, refusals included (a shared module listed in
     # cond_targets.json is refused with its reason here, not in any model's record)

@@ -104,7 +104,7 @@ class _VendorImports(cst.CSTTransformer):
         moved = [alias for alias in node.names if alias.evaluated_name in added]
         if not moved:
             return updated_node.with_changes(body=[absolute])
-        shared = target.removeprefix("transformers.")
+        shared = SHARED_ALIASES.get(target, target).removeprefix("transformers.")
         # The original statement with another source, so its layout (parentheses, one name a line) survives
         location = cst.parse_statement(f"from {self.shared_prefix}{shared} import x").body[0]
         redirect = node.with_changes(relative=location.relative, module=location.module, names=_ending(moved, node))
@@ -464,8 +464,13 @@ def _import_binding(module: cst.Module, module_name: str, name: str) -> str | No
     return None
 
 
-# The auto classes a vendored model may build sub-models with, from the installed `models/auto/modeling_auto.py`.
+# The auto classes a vendored model may build sub-models with, from the installed `models/auto/modeling_auto.py`,
+# imported from the package or from its module (`from ..auto.modeling_auto import AutoModel`: cosmos3_omni and ~20
+# more, whose sub-models were transformers' own, unrewritten, until both were redirected)
 AUTO_MODULE = "transformers.models.auto"
+AUTO_MODULES = (AUTO_MODULE, f"{AUTO_MODULE}.modeling_auto")
+# A module whose names another module's vendored rendering provides
+SHARED_ALIASES = {f"{AUTO_MODULE}.modeling_auto": AUTO_MODULE}
 _AUTO_CLASS = re.compile(r"^class (AutoModel\w*)\(_BaseAutoModelClass\):", re.MULTILINE)
 
 
