@@ -185,3 +185,24 @@ def test_a_guard_on_a_named_dim_is_an_export_error_that_names_the_style_and_the_
     assert result.message.startswith("forward (named dims): ") and "Constraints violated" in result.message
     assert result.guard["line"] == "if x.shape[0] >= 8:" and result.guard["branch"]
     assert {record.dims for record in result.cases} == {"dynamic"}  # the program that exported ran its cases
+
+
+def test_an_unprovable_guard_on_a_named_dim_is_named_in_the_message():
+    # torch 2.13 cannot prove `t * min(64, 64 t) == 64 t` for t >= 1 (docs/TORCH_BUGS.md, 3): the first line names
+    # only the dim; the message says which guard
+    class FlattenUnflatten(torch.nn.Module):
+        def forward(self, x):
+            return x.view(-1, x.size(-1)).view(x.shape) * 2
+
+    def inputs(batch, tokens):
+        return lambda: {"x": torch.randn(batch, tokens, 64, generator=torch.Generator().manual_seed(tokens))}
+
+    program = Program("forward", (Case("2-5", 2, 5, 0, inputs(2, 5)), Case("1-3", 1, 3, 0, inputs(1, 3))))
+    model = FlattenUnflatten()
+    references = {(program.name, case.name): run(model, case) for case in program.cases}
+    result = check_programs(VerifyResult("fixture", "original"), model, [program], references, PACKAGES)
+    assert result.failure == "export-error", result.summary
+    assert result.message.startswith("forward: UserError: Constraints violated (tokens)!")
+    assert "Unsatisfied for some tokens: (L['x'].size()[1]*min(64, 64*L['x'].size()[1])) == (64*L['x'].size()[1])" in (
+        result.message
+    )

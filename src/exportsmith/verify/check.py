@@ -258,7 +258,7 @@ def check_programs(
                 result.cases.append(record)
     if export_errors:
         message = "; ".join(
-            f"{_label(name, style, styles)}: {first_line(error)}" for name, style, error in export_errors
+            f"{_label(name, style, styles)}: {export_message(error)}" for name, style, error in export_errors
         )
         name, style, error = export_errors[0]
         if is_constraint_violation(error) and subject != "dynamo-exporter":
@@ -705,6 +705,23 @@ def export_program(model: torch.nn.Module, example: dict, dynamic_shapes: dict) 
     model = with_named_inputs(model, example)
     example = pytree.tree_map_only(torch.Tensor, lambda tensor: tensor.contiguous(), example)
     return torch.export.export(model, (), example, dynamic_shapes=dynamic_shapes, strict=False)
+
+
+# torch's line for a guard on a dim declared dynamic that not every value of the dim's range satisfies
+_UNSATISFIED = re.compile(r"Not all values of (.*?) satisfy the generated guard (.*)\.$")
+
+
+def export_message(error: BaseException) -> str:
+    """An export error's first line; for a dim the code pins ("Constraints violated"), also the first guard torch
+    says not every value of the dim's range satisfies (the first line names only the dim), shortened."""
+    message = first_line(error)
+    if is_constraint_violation(error):
+        for line in str(error).splitlines():
+            found = _UNSATISFIED.search(line.strip())
+            if found:
+                guard = found.group(2)
+                return f"{message} Unsatisfied for some {found.group(1).split(' = ')[0]}: {guard[:160]}"
+    return message
 
 
 def is_constraint_violation(error: BaseException) -> bool:
