@@ -74,3 +74,14 @@ def test_generate_applies_no_logits_processing_of_the_models_generation_config()
     loops = greedy_loops(original, original, original, True, vocab(original.config), MAX_ABS_DIFF)
     assert all(loop.match for loop in loops), [loop.describe() for loop in loops]
     assert original.generation_config.forced_eos_token_id is not None  # left as it was
+
+
+def test_an_encoder_decoder_without_a_start_token_starts_from_its_decoders_or_zero():
+    from exportsmith.verify.greedy import decoder_start
+
+    original, _ = build_pair("encoder-decoder", None)
+    loops = greedy_loops(original, original, original, True, vocab(original.config), MAX_ABS_DIFF)
+    assert all(loop.match for loop in loops), [loop.describe() for loop in loops]
+    assert decoder_start(original) is not None
+    t5, _ = build_pair("t5", None)
+    assert decoder_start(t5) == t5.config.pad_token_id  # T5 starts from its pad token

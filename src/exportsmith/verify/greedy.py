@@ -108,14 +108,26 @@ def is_tie(logits: torch.Tensor, expected: torch.Tensor, actual: torch.Tensor, t
     return bool(((chosen - other).abs() <= 2 * tolerance).all())
 
 
+# Where an encoder-decoder's first decoder token is found, in order (generate's own order, then its decoder's config:
+# a composite EncoderDecoderModel leaves its own None)
+_START_TOKENS = ("decoder_start_token_id", "bos_token_id", "pad_token_id")
+
+
+def decoder_start(model: torch.nn.Module) -> int | None:
+    """An encoder-decoder's decoder start token: the first set of `_START_TOKENS` in its generation config, its config
+    and its decoder's config; 0 when none is (generate would refuse to start, and a user then picks one)."""
+    decoder = getattr(model.config, "decoder", None)
+    for holder in (model.generation_config, model.config, decoder):
+        for name in _START_TOKENS:
+            value = getattr(holder, name, None)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+    return 0 if model.config.is_encoder_decoder else None
+
+
 def generation_config(model: torch.nn.Module) -> GenerationConfig:
     """Greedy, `NEW_TOKENS` new tokens, no EOS (every row runs every step); the model's start and pad tokens."""
-    config = model.config
-    start = model.generation_config.decoder_start_token_id
-    if start is None:
-        start = getattr(config, "decoder_start_token_id", None)
-    if start is None:
-        start = getattr(config, "pad_token_id", None)
+    start = decoder_start(model)
     return GenerationConfig(
         max_new_tokens=NEW_TOKENS,
         do_sample=False,
