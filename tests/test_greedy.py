@@ -85,3 +85,8 @@ def test_an_encoder_decoder_without_a_start_token_starts_from_its_decoders_or_ze
     assert decoder_start(original) is not None
     t5, _ = build_pair("t5", None)
     assert decoder_start(t5) == t5.config.pad_token_id  # T5 starts from its pad token
+
+
+def test_a_model_whose_generate_gives_codebooks_gets_no_loop():
+    original, _ = build_pair("csm", None)
+    assert greedy_loops(original, original, original, False, vocab(original.config), MAX_ABS_DIFF) == []

@@ -10,6 +10,9 @@ tokens, penalties: the same post-processing of any program's logits), not a mode
 from its decoder start token with the forward program (encoder inputs and that one token), then runs the decode
 program with the encoder's output, the encoder's attention mask and the cache.
 
+A model whose generate() gives more than one id per row and step (csm's audio codebooks) gets no loop: a loop that
+takes the argmax of the logits is not how its programs are used.
+
 A program's logits may differ from eager's by rounding (`check.MAX_ABS_DIFF`); where eager's two best tokens at a
 step are that close, the programs may pick the other one and the rest of the generation then differs for a reason
 that is not a bug. Such a step is reported as a tie (`GreedyRecord.tie`) and passes; any other difference fails.
@@ -64,6 +67,11 @@ class GreedyRecord:
 Runnable = Callable[..., object]
 
 
+class NotATokenLoop(Exception):
+    """generate() of this model does not give one token id per row and step (an audio model's codebooks): a loop that
+    takes the argmax of the logits is not how its programs are used, and no loop runs."""
+
+
 def greedy_loops(
     original: torch.nn.Module,
     prefill: Runnable,
@@ -84,8 +92,16 @@ def greedy_loops(
                 expected, expected_logits = reference(original, prompt)
                 loop = encoder_decoder_loop if encoder_decoder else decoder_loop
                 actual = loop(original, prefill, decode, prompt)
+            except NotATokenLoop:
+                return []  # the same for every prompt
             except Exception as error:
                 record.error = first_line(error)
+                records.append(record)
+                continue
+            if actual.shape != expected.shape:
+                record.error = (
+                    f"the programs' loop gave {tuple(actual.shape)} token ids, generate() {tuple(expected.shape)}"
+                )
                 records.append(record)
                 continue
             differs = (expected != actual).any(dim=0).nonzero()
@@ -161,6 +177,8 @@ def reference(model: torch.nn.Module, prompt: torch.Tensor) -> tuple[torch.Tenso
             )
     finally:
         model.generation_config = saved
+    if out.sequences.dim() != 2:  # csm's codebooks: [batch, steps, codebooks]
+        raise NotATokenLoop(f"generate() gives sequences of shape {tuple(out.sequences.shape)}")
     if out.sequences.shape[1] < NEW_TOKENS or len(out.logits) != NEW_TOKENS:
         raise RuntimeError(f"generate() gave {len(out.logits)} new tokens, not {NEW_TOKENS}")
     return out.sequences[:, -NEW_TOKENS:], [logits.float() for logits in out.logits]
