@@ -15,6 +15,7 @@ from exportsmith.discover import find_transformers
 
 ROOT = Path(__file__).parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "cache_pytree" / "remote_code.in.py"
+TF_VERSION = find_transformers().version
 
 
 def run(*args: str):
@@ -163,3 +164,75 @@ def test_verify_json_isolates_each_model_records_it_and_resumes(tmp_path):
     again = run("verify", "bert", "--subject", "original", "--json", str(records))
     assert again.exit_code == 0 and again.stdout == "bert: ok\n"
     assert len(records.read_text().splitlines()) == 2  # recorded types are not checked again
+
+
+# Rough edges a new user met (each reproduced before its fix)
+
+
+def test_check_under_another_transformers_names_both_versions_and_generate_without_models_regenerates(tmp_path):
+    out = tmp_path / "generated"
+    assert run("generate", "gpt2", "--out", str(out)).exit_code == 0
+    init = out / "__init__.py"
+    init.write_text(init.read_text().replace(f"transformers {TF_VERSION}", "transformers 4.57.6"))
+    result = run("check", str(out))
+    assert result.exit_code == 1 and result.stdout == ""  # no file-by-file diff of a whole release
+    assert result.stderr.strip().splitlines() == [
+        f"{out} was generated from transformers 4.57.6, {TF_VERSION} is installed; "
+        f"regenerate it with: exportsmith generate --out {out}"
+    ]
+    result = run("generate", "--out", str(out))  # the command check names: the models OUT holds
+    assert result.exit_code == 0 and f"generated 1 model(s) from transformers {TF_VERSION}" in result.stderr
+    assert run("check", str(out)).exit_code == 0
+
+
+def test_generate_summary_says_what_it_did_and_counts_the_refusals(tmp_path):
+    out = tmp_path / "generated"
+    first = run("generate", "wav2vec2", "--out", str(out))
+    again = run("generate", "wav2vec2", "--out", str(out))
+    assert first.exit_code == again.exit_code == 0
+    assert "rewritten" not in again.stderr  # "already up to date ... N module(s) rewritten" read as a contradiction
+    assert again.stderr.startswith(f"{out} already up to date: 1 model(s) from transformers {TF_VERSION} (")
+    refusals = sum(
+        text.count("] refused ") for text in (p.read_text() for p in sorted(out.glob("*/REWRITES.md")))
+    )
+    assert refusals > 0
+    summary = [line for line in first.stderr.splitlines() if line.startswith("left as they were")]
+    assert len(summary) == 1
+    counted = sum(int(part.rsplit(" ", 1)[1]) for part in summary[0].split(": ", 1)[1].removesuffix(" site(s)").split(", "))
+    assert counted == refusals
+
+
+def test_verify_of_a_model_not_generated_says_to_generate_it(tmp_path):
+    out = tmp_path / "generated"
+    assert run("generate", "gpt2", "--out", str(out)).exit_code == 0
+    result = run("verify", "gemma2", "--out", str(out))
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {out} holds no gemma2; run first: exportsmith generate gemma2 --out {out}"
+    ]
+
+
+def test_an_out_directory_that_cannot_be_imported_as_its_package_is_refused(tmp_path):
+    for name, why in (("my-gen.v1", "cannot be imported as a Python package"), ("torch", "would hide the installed")):
+        out = tmp_path / "build" / name
+        for command in (["generate", "gpt2"], ["verify", "gpt2"]):
+            result = run(*command, "--out", str(out))
+            assert result.exit_code == 2, (name, command)
+            lines = result.stderr.strip().splitlines()
+            assert len(lines) == 1 and why in lines[0] and lines[0].startswith("error: "), (name, command)
+        assert not out.exists()
+
+
+def test_a_type_without_a_modeling_file_is_named_as_such():
+    result = run("generate", "exaone")  # its folder holds a configuration and a modular file, no modeling file
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "'exaone' has no PyTorch modeling file of its own" in line and "did you mean" not in line
+
+
+def test_a_model_the_codemods_leave_unchanged_has_no_empty_patch(tmp_path):
+    out = tmp_path / "generated"
+    assert run("generate", "llama", "wav2vec2", "--out", str(out)).exit_code == 0
+    assert not (out / "llama" / "upstream.patch").exists()
+    patch = out / "wav2vec2" / "upstream.patch"
+    assert patch.read_text().startswith("diff --git a/src/transformers/models/wav2vec2/")

@@ -153,6 +153,9 @@ def test_write_is_atomic_and_check_sees_staleness(tmp_path, rendered):
     (out / "llama" / "modeling_llama.py").write_text("# edited by hand\n")
     assert "edited by hand" in stale_diff(rendered.files, out)
     assert not list(tmp_path.glob(".generated.*"))  # no staging directory left behind
+    write_tree(rendered.files, out)
+    (out / "llama" / "upstream.patch").write_text("")  # an empty file the tree should not hold is stale too
+    assert stale_diff(rendered.files, out, names_only=True) == "llama/upstream.patch\n"
 
 
 def test_upstream_patch_applies_to_the_installed_tree(tmp_path, rendered):
@@ -170,7 +173,8 @@ def test_upstream_patch_applies_to_the_installed_tree(tmp_path, rendered):
         ["git", "apply", "--check", str(tmp_path / "all.patch")], cwd=tree, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr
-    assert rendered.files["llama/upstream.patch"] == ""  # nothing rewritten in llama
+    assert "llama/upstream.patch" not in rendered.files  # nothing rewritten in llama: no empty patch to apply
+    assert "minimax/upstream.patch" in rendered.files
 
 
 def test_committed_generated_is_up_to_date():

@@ -91,7 +91,7 @@ def test_committed_patches_apply_and_the_patched_transformers_verifies_as_the_ge
     patches = [ROOT / "generated" / "_shared" / "upstream.patch"]
     patches += [ROOT / "generated" / module / "upstream.patch" for module in generated_modules(ROOT / "generated")]
     for patch in patches:
-        if patch.read_text():
+        if patch.is_file():  # a model the codemods leave as it is has none
             apply(root, patch)
     env = {**os.environ, "PYTHONPATH": str(root / "src")}
     result = subprocess.run(

@@ -593,3 +593,24 @@ def test_torch_export_load_imports_the_module_of_an_example_inputs_class(monkeyp
     references = {(program.name, case.name): run(model, case) for case in program.cases}
     result = check_programs(VerifyResult("fixture"), model, [program], references, (name,), imports=(name,))
     assert result.ok, result.summary
+
+
+def test_a_failure_before_export_says_whether_the_harness_or_the_rewrite_is_at_fault(monkeypatch):
+    from exportsmith.verify import check
+
+    copy_broken = verify_model("llama", package="no_such_generated_package")
+    assert copy_broken.failure == "build"
+    assert copy_broken.message.endswith("(the generated copy; transformers' own class builds)")
+
+    def no_tiny_config(model_type):
+        raise ValueError(f"no tiny config for {model_type}")
+
+    monkeypatch.setattr(check, "tiny_config", no_tiny_config)
+    harness = verify_model("llama", package="generated")
+    assert harness.failure == "build"
+    assert harness.message == (
+        "ValueError: no tiny config for llama (transformers' own class fails alike: the harness's limit, not the "
+        "rewrite's)"
+    )
+    # the original alone is verified: nothing to compare with
+    assert verify_model("llama", subject="original").message == "ValueError: no tiny config for llama"

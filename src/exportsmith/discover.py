@@ -94,7 +94,12 @@ class Transformers:
         module = self.model_types.get(name, name.replace("-", "_"))
         if module in self.models:
             return self.models[module]
-        known = sorted(set(self.model_types) | set(self.models))
+        if module in self.model_types.values():
+            raise DiscoveryError(
+                f"'{name}' has no PyTorch modeling file of its own in transformers {self.version} (its folder holds "
+                "configuration or tokenizer code only): nothing to rewrite; `exportsmith list --models` lists models"
+            )
+        known = sorted({t for t, m in self.model_types.items() if m in self.models} | set(self.models))
         close = difflib.get_close_matches(name, known, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else "; `exportsmith list --models` lists them"
         raise DiscoveryError(f"unknown model '{name}' in transformers {self.version}{hint}")

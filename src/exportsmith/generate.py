@@ -243,7 +243,9 @@ def _render_model(
     everything = sorted(changes + sources, key=lambda change: change.relpath)
     if not any(change.error for change in everything):
         files[f"{module}/__init__.py"] = _model_init(model, changes, tf.version)
-        files[f"{module}/{PATCH}"] = "".join(change.diff() for change in everything)
+        patch = "".join(change.diff() for change in everything)
+        if patch:  # a model the codemods leave as it is has nothing to send upstream
+            files[f"{module}/{PATCH}"] = patch
         files[f"{module}/REWRITES.md"] = _record(model.module, everything, model.model_types)
     return {"files": files, "changes": [change.to_json() for change in everything], "summaries": summaries}
 
@@ -438,10 +440,11 @@ def stale_diff(
     )
     lines = []
     for relpath in sorted(set(files) | set(on_disk)):
-        old = on_disk[relpath].read_text(encoding="utf-8") if relpath in on_disk else ""
-        new = files.get(relpath, "")
+        old = on_disk[relpath].read_text(encoding="utf-8") if relpath in on_disk else None
+        new = files.get(relpath)
         if old == new:
             continue
+        old, new = old or "", new or ""  # a file missing on one side (an empty one is still a file to remove)
         if names_only:
             lines.append(relpath + "\n")
         else:

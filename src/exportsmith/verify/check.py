@@ -192,22 +192,39 @@ def verify_model(
     result = VerifyResult(model_type, subject)
     where = ("transformers", package)  # the packages whose frames locate a failure
     extra = window_cases(config) if config is not None else ((), ())
+    # For a generated copy, a failure before export says whose it is: transformers' own class failing alike is a limit
+    # of the harness (its tiny config, its inputs), the copy failing alone is the rewrite's
+    alike = (
+        " (transformers' own class fails alike: the harness's limit, not the rewrite's)"
+        if subject == "generated"
+        else ""
+    )
     try:
-        original, generated = build_pair(model_type, package if subject == "generated" else None, config)
+        original, built_from = build_original(model_type, config)
         result.model_class = type(original).__name__
     except TooLarge as error:
         return result.fail("refused", str(error))
     except Exception as error:
-        return result.fail("build", first_line(error), user_location(error, where))
+        return result.fail("build", first_line(error) + alike, user_location(error, where))
+    generated = None
+    if subject == "generated":
+        try:
+            generated = build_copy(original, built_from, package, share=config is not None)
+        except Exception as error:
+            message = f"{first_line(error)} (the generated copy; transformers' own class builds)"
+            return result.fail("build", message, user_location(error, where))
     subject_model = generated if generated is not None else original
     try:
         references = {
             (p.name, c.name): run(original, c.inputs()) for p in programs_for(original, extra=extra) for c in p.cases
         }
+    except Exception as error:
+        return result.fail("eager", first_line(error) + alike, user_location(error, where))
+    try:
         # the same cases, with the subject's own cache (a generated copy's layers are its own classes)
         programs = programs_for(original, cache_model=subject_model, extra=extra)
     except Exception as error:
-        return result.fail("eager", first_line(error), user_location(error, where))
+        return result.fail("eager", f"{first_line(error)} (the generated copy's cache)", user_location(error, where))
     if generated is not None:
         try:
             check_eager_identity(original, generated, programs, references)
@@ -319,14 +336,25 @@ def build_pair(
     model_type: str, package: str | None, config: PretrainedConfig | None = None
 ) -> tuple[torch.nn.Module, torch.nn.Module | None]:
     """The original model of `config` (default: the type's tiny config) and, with `package`, its generated copy with
-    the same weights (eval). A given config is a real one (`real.py`): no parameter budget, and the copy shares the
-    original's tensors instead of holding a second set (Mixtral's layer is 6.7 GB)."""
+    the same weights (eval)."""
+    share = config is not None
+    original, config = build_original(model_type, config)
+    return original, build_copy(original, config, package, share) if package is not None else None
+
+
+def build_original(model_type: str, config: PretrainedConfig | None = None) -> tuple[torch.nn.Module, PretrainedConfig]:
+    """transformers' model of `config` (default: the type's tiny config, within the parameter budget), eval, and the
+    config it was built from. A given config is a real one (`real.py`): no parameter budget."""
     _, original_class = model_class(model_type)
-    shared = config is not None
-    config = config_for(original_class, config if shared else tiny_config(model_type))
-    original = build_tiny_model(original_class, config, budget=not shared)
-    if package is None:
-        return original, None
+    budget = config is None
+    config = config_for(original_class, tiny_config(model_type) if budget else config)
+    return build_tiny_model(original_class, config, budget=budget), config
+
+
+def build_copy(original: torch.nn.Module, config: PretrainedConfig, package: str, share: bool) -> torch.nn.Module:
+    """The generated copy in `package` of `original` (built from `config`), with the same weights, eval; with `share`
+    (real configs), the copy holds the original's tensors instead of a second set (Mixtral's layer is 6.7 GB)."""
+    original_class = type(original)
     # The copy of the module that defines the class: a part of a model (AltRobertaModel) is not in its package's
     # __init__, and some model types live in another model's directory (gpt-sw3 in gpt2)
     source = original_class.__module__
@@ -339,7 +367,7 @@ def build_pair(
         raise LookupError(f"{module} has no {original_class.__name__}")
     if DynamicCache not in pytree.SUPPORTED_NODES:
         raise RuntimeError(f"importing {package} did not register DynamicCache as a pytree node")
-    if shared:
+    if share:
         with torch.device("meta"):
             generated = generated_class(config).eval()
         keys = generated.load_state_dict(original.state_dict(), strict=False, assign=True)
@@ -350,7 +378,7 @@ def build_pair(
     if keys.missing_keys or keys.unexpected_keys:
         raise RuntimeError(f"state dict: missing {keys.missing_keys}, unexpected {keys.unexpected_keys}")
     copy_unregistered_modules(original, generated)
-    return original, generated
+    return generated
 
 
 def share_buffers(original: torch.nn.Module, copy: torch.nn.Module) -> None:
