@@ -162,3 +162,30 @@ def test_retry_and_models_select_the_records_to_check_again():
     assert coverage.forgotten(line, ["guard-rejected"], ["opt", "vits"])
     assert not coverage.forgotten(line, ["export-error"], ["opt"])
     assert not coverage.forgotten(line, [], ["vits"])
+
+
+def test_columns_without_records_carry_an_earlier_tables_cells_and_say_so():
+    earlier = {
+        "date": "2026-01-01",
+        "transformers": "5.24.0",
+        "moves": {"needs": {"cond-branches": ["a"]}},
+        "models": [
+            {"model_type": name, "model_class": "FooModel", **{column: {"status": status} for column in coverage.SWEPT}}
+            for name, status in (("a", "ok"), ("b", "ok"), ("c", "skipped"))
+        ],
+    }
+    records = {"original": {}, "dynamo-exporter": {}, "onnx": {}}
+    records["generated"] = {"a": record("ok"), "b": record("guard-rejected", "first-step"), "c": record("ok")}
+    data = coverage.table(records, ["a", "b", "c"], {}, carry=earlier)
+    rows = {row["model_type"]: row for row in data["models"]}
+    assert data["carried"] == {"date": "2026-01-01", "columns": ["original", "dynamo-exporter", "onnx", "ablations"]}
+    assert rows["a"]["original"] == {"status": "ok"} and rows["a"]["onnx"] == {"status": "ok"}
+    assert rows["b"]["onnx"]["status"] == "skipped"  # ONNX is built on torch.export, which b now fails
+    assert rows["c"]["onnx"]["status"] == "not-run"  # c verifies now: not tried in ONNX yet
+    assert data["moves"]["broken"] == ["b"] and data["moves"]["needs"] == {"cond-branches": ["a"]}
+    text = coverage.markdown(data, {})
+    assert "(33.3%; carried over from the table of 2026-01-01, not re-swept with this harness)" in text
+    assert "(The original's cells are carried over from 2026-01-01.)" in text
+    assert "measured with the harness of 2026-01-01" in text
+    # without `carry`, a column without records is not run
+    assert coverage.table(records, ["a"], {})["models"][0]["original"]["status"] == "not-run"

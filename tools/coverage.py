@@ -121,20 +121,19 @@ def since(baseline: dict | None, rows: list[dict]) -> dict | None:
     return {"date": baseline["date"], "transformers": baseline["transformers"], "columns": moved}
 
 
-def moves(records: dict[str, dict[str, dict]], ablations: dict[str, dict[str, dict]], model_types: list[str]) -> dict:
+def moves(rows: list[dict], ablations: dict[str, dict[str, dict]]) -> dict:
     """The model types the generated copy moves from failing to passing (and back) against the original, and per
     codemod ablated by tools/ablation.py the ones that verify only with it."""
-
-    def ok(column: str, name: str) -> bool:
-        return records[column].get(name, {}).get("status") == "ok"
-
-    swept = [name for name in model_types if name in records["original"] and name in records["generated"]]
+    status = {row["model_type"]: {column: row[column]["status"] for column in SWEPT} for row in rows}
+    swept = [name for name, cells in status.items() if "not-run" not in (cells["original"], cells["generated"])]
     return {
-        "fixed": [name for name in swept if ok("generated", name) and not ok("original", name)],
-        "broken": [name for name in swept if ok("original", name) and not ok("generated", name)],
+        "fixed": [name for name in swept if status[name]["generated"] == "ok" != status[name]["original"]],
+        "broken": [name for name in swept if status[name]["original"] == "ok" != status[name]["generated"]],
         "needs": {
             codemod: sorted(
-                name for name, record in found.items() if ok("generated", name) and record["status"] != "ok"
+                name
+                for name, record in found.items()
+                if status.get(name, {}).get("generated") == "ok" and record["status"] != "ok"
             )
             for codemod, found in sorted(ablations.items())
         },
@@ -146,20 +145,38 @@ def table(
     model_types: list[str],
     ablations: dict[str, dict[str, dict]],
     baseline: dict | None = None,
+    carry: dict | None = None,
 ) -> dict:
+    """The table of `records` (column -> model type -> sweep record). With `carry`, an earlier COVERAGE.json, a column
+    that has no records at all keeps that table's cells, and the table says so (a column not re-swept after the
+    harness changed is not measured with it)."""
+    carried = [column for column in SWEPT if not records[column]] if carry is not None else []
+    if carry is not None and not ablations and carry.get("moves", {}).get("needs"):
+        carried.append("ablations")  # tools/ablation.py's records: not in this work directory
+    before = {row["model_type"]: row for row in carry["models"]} if carried else {}
     rows = []
     for name in model_types:
         classes = {records[subject].get(name, {}).get("model_class") for subject in SUBJECTS} - {None}
+        if name in before:
+            classes.add(before[name].get("model_class"))
+            classes.discard(None)
         row = {
             "model_type": name,
             "model_class": min(classes) if classes else None,
             **{column: cell(records[column].get(name)) for column in SWEPT},
             GREEDY: greedy_cell(records["generated"].get(name)),
         }
-        if name not in records[ONNX] and row["generated"]["status"] not in ("ok", "not-run"):
+        for column in set(carried) & set(SWEPT):
+            row[column] = dict(before.get(name, {}).get(column) or cell(None))
+        if ONNX in carried and row[ONNX]["status"] == "skipped" and row["generated"]["status"] == "ok":
+            row[ONNX] = cell(None)  # the copy verifies now: ONNX not tried yet
+        if (name not in records[ONNX] or ONNX in carried) and row["generated"]["status"] not in ("ok", "not-run"):
             row[ONNX] = dict(SKIPPED)
         rows.append(row)
     totals = {column: sum(row[column]["status"] == "ok" for row in rows) for column in COLUMNS}
+    moved = moves(rows, ablations)
+    if "ablations" in carried:
+        moved["needs"] = carry["moves"]["needs"]
     return {
         "transformers": transformers.__version__,
         "torch": torch.__version__,
@@ -167,8 +184,9 @@ def table(
         "command": COMMAND,
         "total": len(model_types),
         "ok": totals,
-        "moves": moves(records, ablations, model_types),
+        "moves": moved,
         "since": since(baseline, rows),
+        "carried": {"date": carry["date"], "columns": carried} if carried else None,
         "models": rows,
     }
 
@@ -197,7 +215,11 @@ def markdown_cell(entry: dict) -> str:
 
 
 def unswept(data: dict, column: str) -> str:
-    """'; N not swept yet' when the column's sweep has not reached N model types (an interrupted sweep)."""
+    """'; N not swept yet' when the column's sweep has not reached N model types (an interrupted sweep), or that the
+    column is carried over from an earlier table."""
+    carried = data.get("carried")
+    if carried and column in carried["columns"]:
+        return f"; carried over from the table of {carried['date']}, not re-swept with this harness"
     missing = sum(row[column]["status"] == "not-run" for row in data["models"])
     return f"; {missing} not swept yet" if missing else ""
 
@@ -250,16 +272,24 @@ def markdown(data: dict, model_seconds: dict[str, float]) -> str:
                     + (f" ({', '.join(moved['pass_now'])})" if moved["pass_now"] else "")
                 )
     moved = data["moves"]
+    carried = data.get("carried") or {"columns": []}
     lines += [
         "",
         f"The generated copy passes where the original fails for {len(moved['fixed'])} model types, and fails where the"
         f" original passes for {len(moved['broken'])}"
-        + (f" ({', '.join(moved['broken'])})." if moved["broken"] else "."),
+        + (f" ({', '.join(moved['broken'])})." if moved["broken"] else ".")
+        + (
+            f" (The original's cells are carried over from {carried['date']}.)"
+            if "original" in carried["columns"]
+            else ""
+        ),
     ]
     for codemod, names in moved["needs"].items():
         lines.append(
             f"- verify only with the `{codemod}` rewrite ({len(names)}; the generated copy without it fails,"
-            f" `python tools/ablation.py {codemod}`): {', '.join(names) or 'none'}"
+            f" `python tools/ablation.py {codemod}`"
+            + (f", measured with the harness of {carried['date']}" if "ablations" in carried["columns"] else "")
+            + f"): {', '.join(names) or 'none'}"
         )
     spent = ", ".join(f"{subject} {value / 3600:.1f} h" for subject, value in model_seconds.items())
     lines += ["", f"Time spent in the model processes (the sweep runs two at a time on 2 cores): {spent}."]
@@ -291,6 +321,11 @@ def main() -> int:
         help="an earlier COVERAGE.json (e.g. `git show HEAD:generated/COVERAGE.json`): the table says what moved since;"
         " by default the comparison the current COVERAGE.json holds is kept",
     )
+    parser.add_argument(
+        "--carry",
+        type=Path,
+        help="an earlier COVERAGE.json whose cells the columns without records keep, labelled as carried over",
+    )
     parser.add_argument("--jobs", type=int, default=JOBS)
     parser.add_argument("--timeout", type=float, default=TIMEOUT, help="seconds per model type and subject")
     args = parser.parse_args()
@@ -318,7 +353,8 @@ def main() -> int:
         path.stem.removeprefix("without-"): recorded(path) for path in sorted(args.work.glob("without-*.jsonl"))
     }
     baseline = json.loads(args.baseline.read_text()) if args.baseline else None
-    data = table(records, model_types, ablations, baseline)
+    carry = json.loads(args.carry.read_text()) if args.carry else None
+    data = table(records, model_types, ablations, baseline, carry)
     current = args.out / "COVERAGE.json"
     if baseline is None and current.exists():  # keep the comparison an earlier render made
         data["since"] = json.loads(current.read_text()).get("since")
