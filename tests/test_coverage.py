@@ -1,7 +1,11 @@
 """tools/coverage.py renders the sweep records into COVERAGE.json and COVERAGE.md (the sweeps are the isolate tests')."""
 
 import importlib.util
+import json
 from pathlib import Path
+
+import pytest
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
 ROOT = Path(__file__).parents[1]
 spec = importlib.util.spec_from_file_location("coverage_tool", ROOT / "tools" / "coverage.py")
@@ -189,3 +193,63 @@ def test_columns_without_records_carry_an_earlier_tables_cells_and_say_so():
     assert "measured with the harness of 2026-01-01" in text
     # without `carry`, a column without records is not run
     assert coverage.table(records, ["a"], {})["models"][0]["original"]["status"] == "not-run"
+
+
+def test_shards_split_the_model_types_into_disjoint_interleaved_slices():
+    types = [f"t{i:02d}" for i in range(10)]
+    slices = [coverage.shard(list(reversed(types)), f"{k}/3") for k in (1, 2, 3)]
+    assert slices[0] == ["t00", "t03", "t06", "t09"] and slices[1] == ["t01", "t04", "t07"]
+    assert sorted(sum(slices, [])) == types
+    for bad in ("0/3", "4/3", "2", "a/b"):
+        try:
+            coverage.shard(types, bad)
+        except ValueError as error:
+            assert str(error).startswith(f"--shard {bad}: ")
+        else:
+            raise AssertionError(bad)
+
+
+def _write_records(directory, column, records):
+    directory.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"model_type": name, **line}) + "\n" for name, line in records.items()]
+    (directory / f"{column}.jsonl").write_text("".join(lines))
+
+
+def test_merged_shards_give_the_same_table_bytes_as_one_sweep_of_the_same_records(tmp_path):
+    types = sorted(CONFIG_MAPPING_NAMES)[:40]
+    statuses = ("ok", "export-error", "guard-rejected", "ok")
+    every = {name: record(statuses[i % 4], f"reason {i}", seconds=float(i)) for i, name in enumerate(types)}
+    _write_records(tmp_path / "one", "generated", every)
+    _write_records(tmp_path / "one", "without-cond-branches", {types[0]: record("export-error")})
+    for k in (1, 2):
+        mine = coverage.shard(types, f"{k}/2")
+        _write_records(tmp_path / f"shard{k}", "generated", {name: every[name] for name in reversed(mine)})
+    _write_records(tmp_path / "shard1", "without-cond-branches", {types[0]: record("export-error")})
+    for out in ("out-one", "out-merged"):
+        (tmp_path / out).mkdir()
+    assert coverage.main(["--render-only", "--work", str(tmp_path / "one"), "--out", str(tmp_path / "out-one")]) == 0
+    merged = ["--merge", str(tmp_path / "shard1"), str(tmp_path / "shard2")]
+    assert coverage.main([*merged, "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out-merged")]) == 0
+    for name in ("COVERAGE.json", "COVERAGE.md"):
+        assert (tmp_path / "out-one" / name).read_bytes() == (tmp_path / "out-merged" / name).read_bytes()
+    # a type two shards both recorded is an error, not a silent pick
+    _write_records(tmp_path / "shard2", "without-cond-branches", {types[0]: record("ok")})
+    with pytest.raises(ValueError, match=f"{types[0]} is recorded in without-cond-branches.jsonl of two shards"):
+        coverage.merge([tmp_path / "shard1", tmp_path / "shard2"], tmp_path / "work")
+
+
+def test_compare_lists_the_types_that_moved_between_two_tables():
+    def table_of(version, cells):
+        rows = [
+            {"model_type": name, **{column: {"status": status} for column in coverage.COLUMNS}}
+            for name, status in cells.items()
+        ]
+        ok = {column: sum(status == "ok" for status in cells.values()) for column in coverage.COLUMNS}
+        return {"transformers": version, "date": "2026-12-01", "ok": ok, "models": rows}
+
+    old = table_of("5.24.0", {"a": "ok", "b": "export-error", "gone": "ok"})
+    new = table_of("5.25.0", {"a": "export-error", "b": "ok", "added": "ok"})
+    text = coverage.compare(old, new)
+    assert text.splitlines()[0] == "transformers 5.24.0 (2026-12-01) -> 5.25.0 (2026-12-01)"
+    assert "model types: 1 new (added), 1 gone (gone)" in text
+    assert "generated: 2 -> 2 ok; 1 fail now (a); 1 pass now (b)" in text

@@ -7,6 +7,9 @@
     python tools/coverage.py --render-only   # rewrite the table from the records already in the work directory
     python tools/coverage.py --retry build eager timeout   # check again the model types recorded with these statuses
     python tools/coverage.py --models opt vits --columns generated   # check again these model types only
+    python tools/coverage.py --shard 2/4 --work build/shard2   # one machine's quarter of the sweep, records only
+    python tools/coverage.py --merge build/shard1 ... build/shard4   # their records, one table
+    python tools/coverage.py --compare OLD.json NEW.json   # the model types that moved between two tables
 
 Steps: `exportsmith generate --all` into `build/coverage/generated`; then, for each subject of
 `exportsmith.verify.check.SUBJECTS` (the original with no help, the original through transformers' DynamoExporter,
@@ -300,7 +303,57 @@ def markdown(data: dict, model_seconds: dict[str, float]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
+def shard(model_types: list[str], spec: str) -> list[str]:
+    """The model types of shard `K/N`: every N-th of the sorted types from the K-th (interleaved, so each shard gets
+    its share of every family), the same on every machine."""
+    try:
+        k, n = (int(part) for part in spec.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard {spec}: expected K/N, e.g. 1/4") from None
+    if not 1 <= k <= n:
+        raise ValueError(f"--shard {spec}: K must be between 1 and N")
+    return sorted(model_types)[k - 1 :: n]
+
+
+def merge(shards: list[Path], work: Path) -> None:
+    """The records of each shard's work directory (`<column>.jsonl`, `without-*.jsonl`), written into `work` as one
+    sweep's records, a line per model type in model-type order. A model type recorded by two shards is an error."""
+    names = sorted({path.name for directory in shards for path in directory.glob("*.jsonl")})
+    if not names:
+        raise ValueError(f"no sweep records (*.jsonl) in {', '.join(map(str, shards))}")
+    work.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        merged: dict[str, dict] = {}
+        for directory in shards:
+            for model_type, line in recorded(directory / name).items():
+                if model_type in merged:
+                    raise ValueError(f"{model_type} is recorded in {name} of two shards; each shard runs its own types")
+                merged[model_type] = line
+        text = "".join(json.dumps(merged[model_type]) + "\n" for model_type in sorted(merged))
+        (work / name).write_text(text)
+
+
+def compare(old: dict, new: dict) -> str:
+    """The model types that moved between two COVERAGE.json tables (e.g. two transformers releases), per column."""
+    moved = since(old, new["models"])
+    before = {row["model_type"] for row in old["models"]}
+    after = {row["model_type"] for row in new["models"]}
+    lines = [
+        f"transformers {old['transformers']} ({old['date']}) -> {new['transformers']} ({new['date']})",
+        f"model types: {len(after - before)} new ({', '.join(sorted(after - before)) or 'none'}), "
+        f"{len(before - after)} gone ({', '.join(sorted(before - after)) or 'none'})",
+    ]
+    for column in COLUMNS:
+        ok_old, ok_new = old["ok"].get(column, 0), new["ok"].get(column, 0)
+        fail_now, pass_now = moved["columns"][column]["fail_now"], moved["columns"][column]["pass_now"]
+        lines.append(
+            f"{column}: {ok_old} -> {ok_new} ok; {len(fail_now)} fail now ({', '.join(fail_now) or 'none'}); "
+            f"{len(pass_now)} pass now ({', '.join(pass_now) or 'none'})"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=ROOT / "build" / "coverage", help="resumable work directory")
     parser.add_argument("--out", type=Path, default=ROOT / "generated", help="where COVERAGE.md/.json go")
@@ -326,17 +379,52 @@ def main() -> int:
         type=Path,
         help="an earlier COVERAGE.json whose cells the columns without records keep, labelled as carried over",
     )
+    parser.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="sweep only the K-th of N interleaved slices of the model types (one per machine), and write no table:"
+        " `--merge` the shards' work directories afterwards",
+    )
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="SHARD_WORK",
+        help="combine the records of these shard work directories into --work, then write the table from them",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        type=Path,
+        metavar=("OLD", "NEW"),
+        help="print the model types that moved between two COVERAGE.json tables, and exit",
+    )
     parser.add_argument("--jobs", type=int, default=JOBS)
     parser.add_argument("--timeout", type=float, default=TIMEOUT, help="seconds per model type and subject")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
+    if args.compare:
+        old, new = (json.loads(path.read_text()) for path in args.compare)
+        sys.stdout.write(compare(old, new))
+        return 0
     model_types = sorted(CONFIG_MAPPING_NAMES)
     unknown = sorted(set(args.models) - set(model_types))
     if unknown:
         parser.error(f"not model types of transformers {transformers.__version__}: {', '.join(unknown)}")
     package = args.work / "generated"
     args.work.mkdir(parents=True, exist_ok=True)
-    if not args.render_only:
+    if args.merge:
+        try:
+            merge(args.merge, args.work)
+        except ValueError as error:
+            parser.error(str(error))
+    swept_types = args.models or model_types
+    if args.shard:
+        try:
+            swept_types = shard(swept_types, args.shard)
+        except ValueError as error:
+            parser.error(str(error))
+    if not (args.render_only or args.merge):
         for column in args.columns:
             work = args.work / f"{column}.jsonl"
             if args.fresh:
@@ -347,7 +435,10 @@ def main() -> int:
         if {"generated", ONNX} & set(args.columns):
             generate_all(package)
         for column in args.columns:
-            sweep_column(column, args.models or model_types, args.work, package, args.jobs, args.timeout)
+            sweep_column(column, swept_types, args.work, package, args.jobs, args.timeout)
+        if args.shard:
+            print(f"shard {args.shard}: records in {args.work}; merge the shards with --merge", file=sys.stderr)
+            return 0
     records = {column: recorded(args.work / f"{column}.jsonl") for column in SWEPT}
     ablations = {
         path.stem.removeprefix("without-"): recorded(path) for path in sorted(args.work.glob("without-*.jsonl"))
