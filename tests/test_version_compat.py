@@ -1,9 +1,10 @@
 """The pipeline on every supported transformers line (4.56.x, 4.57.x, 5.x): discovery, the codemods, vendoring and
 verification, with the differences between the lines handled by what the code finds, not by the version number.
 
-CI runs this module a second time in an environment with transformers 4.57 (`.ci/run`). The parts that make sense on
-every line run on every line; generate + verify of the eight decoder LMs into a temporary package runs on 4.x only,
-because on 5.x the committed `generated/` covers them (tests/test_generated_models.py). Known failures are strict
+CI runs this module again in environments with transformers 4.57 and with the newest 5.x release (`.ci/run`). The
+parts that make sense on every line run on every line; generate + verify of the eight decoder LMs into a temporary
+package runs on every release but the one `generated/` is committed for, which tests/test_generated_models.py
+covers. Known failures are strict
 xfails: each asserts its exact failure kind first, so an unrelated failure fails the test and a fix turns it into an
 XPASS, which fails until the entry is removed.
 """
@@ -17,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -33,20 +35,23 @@ from exportsmith.verify.tiny import init_fields, tiny_config
 TF = find_transformers()
 MAJOR = int(TF.version.split(".")[0])
 ON_4X = MAJOR == 4
+ROOT = Path(__file__).parents[1]
+COMMITTED = re.search(r"from transformers (\S+)\. ", (ROOT / "generated" / "__init__.py").read_text()).group(1)
+ON_COMMITTED = TF.version == COMMITTED
 
 MODELS = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gpt2", "mixtral")
 # A name that cannot collide with the committed `generated` package, which refuses to import on another version.
 PACKAGE = "compat_generated"
 
-# 4.x: model -> ((failure kind, a phrase of its message), ...), why: each a strict xfail. Empty: in 4.56/4.57 every
+# model -> ((failure kind, a phrase of its message), ...), why: each a strict xfail on the releases it names. Empty: in 4.56/4.57 every
 # sdpa mask is built with torch.vmap (removed by vmap-masks), the sliding-window layers' sizes guard on the side of the
 # window (sliding-window-cache, both the 4.56 and the 4.57 form) and mixtral loops over the experts hit
 # (moe-expert-loop); all eight models now verify on both lines.
-KNOWN_FAILURES_4X: dict[str, tuple[tuple[tuple[str, str], ...], str]] = {}
+KNOWN_FAILURES: dict[str, tuple[tuple[tuple[str, str], ...], str]] = {}
 
 
 class KnownFailure(AssertionError):
-    """The model failed exactly as KNOWN_FAILURES_4X says (the only exception its strict xfail accepts)."""
+    """The model failed exactly as KNOWN_FAILURES says (the only exception its strict xfail accepts)."""
 
 
 # --- every line ---------------------------------------------------------------------------------------------------
@@ -108,9 +113,27 @@ def test_init_fields_of_a_plain_config_class_come_from_its_init_chain():
     assert "hidden_size" in init_fields(type(tiny_config("llama")))
 
 
-# --- transformers 4.x: generate + verify into a temporary package --------------------------------------------------
+@pytest.mark.parametrize("model_type", ["kolibri1_1", "pi0", "pi05"])
+def test_the_harness_builds_these_types_and_runs_their_inputs_in_eager(model_type: str):
+    """Types whose tiny config or inputs the harness once got wrong (5.25: kolibri1_1's index layers collapsed into
+    repeats its validator refuses; PI0.5's prompt was left without its camera images)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-needs_4x = pytest.mark.skipif(not ON_4X, reason="on 5.x the committed generated/ is verified by test_generated_models")
+    from exportsmith.verify.check import build_pair, programs_for, run
+
+    if model_type not in CONFIG_MAPPING_NAMES:
+        pytest.skip(f"transformers {TF.version} has no {model_type}")
+    original, _ = build_pair(model_type, None)
+    for program in programs_for(original):
+        run(original, program.cases[0])
+
+
+# --- every release but the committed one: generate + verify into a temporary package ---------------------------
+
+needs_4x = pytest.mark.skipif(not ON_4X, reason="4.x code (vmap-built masks)")
+needs_another_release = pytest.mark.skipif(
+    ON_COMMITTED, reason=f"on {COMMITTED} the committed generated/ is verified by test_generated_models"
+)
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +151,7 @@ def compat_package(tmp_path_factory):
             del sys.modules[name]
 
 
-@needs_4x
+@needs_another_release
 def test_generated_package_names_the_installed_version_and_is_up_to_date(compat_package):
     package = importlib.import_module(PACKAGE)
     assert package.TRANSFORMERS_VERSION == importlib.metadata.version("transformers")
@@ -136,6 +159,13 @@ def test_generated_package_names_the_installed_version_and_is_up_to_date(compat_
     shared = (compat_package / "_shared" / "cache_utils.py").read_text()
     for layer in ("DynamicLayer", "DynamicSlidingWindowLayer", "DynamicCache", "EncoderDecoderCache"):
         assert f"register_cache_pytree_node({layer}" in shared
+    if ON_4X:
+        _assert_4x_forms(compat_package, shared)
+    result = CliRunner().invoke(app, ["check", str(compat_package)])
+    assert result.exit_code == 0, result.output
+
+
+def _assert_4x_forms(compat_package, shared: str) -> None:
     # the sliding layer's token counter changes every call: a dynamic leaf, not a context value
     # (transformers' own class: the vendored subclass of the same name, with the rewritten methods, inherits them)
     assert (
@@ -150,11 +180,53 @@ def test_generated_package_names_the_installed_version_and_is_up_to_date(compat_
         "past = torch.sym_min(self.get_seq_length(), self.sliding_window - 1)" in shared  # 4.56
         or "kv_length = torch.sym_min(self.cumulative_length, self.sliding_window - 1)" in shared  # 4.57
     )
-    result = CliRunner().invoke(app, ["check", str(compat_package)])
-    assert result.exit_code == 0, result.output
 
 
-@needs_4x
+def _same(before, after) -> bool:
+    if isinstance(before, torch.Tensor):
+        return isinstance(after, torch.Tensor) and before.dtype == after.dtype and torch.equal(before, after)
+    if isinstance(before, dict):
+        return before.keys() == after.keys() and all(_same(before[key], after[key]) for key in before)
+    if isinstance(before, (list, tuple)):
+        return type(before) is type(after) and len(before) == len(after) and all(map(_same, before, after))
+    return before == after
+
+
+@needs_another_release
+@pytest.mark.parametrize("record_past", [False, True])
+def test_linear_attention_layer_state_round_trips_through_pytree(compat_package, record_past: bool):
+    """The linear-attention layer's state, whatever the release gives it (5.25: a tensor token counter
+    `cumulative_length_linear` and, when recording, a recurrent-state history), comes back exactly."""
+    from torch.utils import _pytree as pytree
+
+    importlib.import_module(PACKAGE)  # registers the cache classes
+    layer_class = getattr(transformers.cache_utils, "LinearAttentionLayer", None)
+    if layer_class is None:
+        pytest.skip(f"transformers {TF.version} has no LinearAttentionLayer")
+    layer = layer_class(number_of_states=2)
+    if record_past:
+        if not hasattr(layer, "activate_past_recording"):
+            pytest.skip(f"transformers {TF.version} does not record past states")
+        layer.activate_past_recording()
+    g = torch.Generator().manual_seed(0)
+    for step, length in enumerate((3, 1, 1)):
+        for state in range(2):
+            layer.update_conv_state(torch.randn(2, 6, length + state, generator=g), state_idx=state)
+            layer.update_recurrent_state(torch.randn(2, 2, 4, 4, generator=g), state_idx=state)
+    leaves, spec = pytree.tree_flatten(layer)
+    rebuilt = pytree.tree_unflatten([leaf.clone() if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves], spec)
+    assert type(rebuilt) is layer_class and vars(rebuilt).keys() == vars(layer).keys()
+    for name, value in vars(layer).items():
+        assert _same(value, vars(rebuilt)[name]), name
+    if hasattr(layer, "cumulative_length_linear"):  # a tensor that grows every step: a leaf, not a constant
+        paths = [pytree.keystr(path) for path, _ in pytree.tree_flatten_with_path(layer)[0]]
+        assert ".cumulative_length_linear" in paths
+        assert int(rebuilt.get_seq_length()) == int(layer.get_seq_length()) == 5
+    spec_loaded = pytree.treespec_loads(pytree.treespec_dumps(spec))
+    assert spec_loaded == spec
+
+
+@needs_another_release
 def test_upstream_patches_apply_to_the_installed_transformers_tree(compat_package, tmp_path):
     patches = sorted(compat_package.glob("*/upstream.patch"))
     assert all(path.read_text() for path in patches)  # a model without changes has no patch file
@@ -171,21 +243,21 @@ def test_upstream_patches_apply_to_the_installed_transformers_tree(compat_packag
 
 
 def known(model: str):
-    if model not in KNOWN_FAILURES_4X:
+    if model not in KNOWN_FAILURES:
         return model
     return pytest.param(
-        model, marks=pytest.mark.xfail(ON_4X, reason=KNOWN_FAILURES_4X[model][1], raises=KnownFailure, strict=True)
+        model, marks=pytest.mark.xfail(reason=KNOWN_FAILURES[model][1], raises=KnownFailure, strict=True)
     )
 
 
-@needs_4x
+@needs_another_release
 @pytest.mark.parametrize("model", [known(model) for model in MODELS])
-def test_generated_model_verifies_on_4x(model: str, compat_package):
+def test_generated_model_verifies_on_another_release(model: str, compat_package):
     result = verify_model(model, package=PACKAGE)
     # every known failure comes after the generated copy was built and matched the original bit for bit in eager
     assert result.eager_identical, result.summary
-    if model in KNOWN_FAILURES_4X:
-        failures, why = KNOWN_FAILURES_4X[model]
+    if model in KNOWN_FAILURES:
+        failures, why = KNOWN_FAILURES[model]
         if not result.ok:
             where = f"{result.message} {result.location}"
             assert any(result.failure == kind and phrase in where for kind, phrase in failures), result.summary

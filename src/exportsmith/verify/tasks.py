@@ -248,10 +248,12 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         # pixels under another name: BridgeTower's vision tower's `image`, Florence 2's backbone's `hidden_states`
         channels, height, width = image_size(config)
         inputs[main] = torch.randn((shape.batch, channels, height, width), generator=generator)
-    elif main == "state" and hasattr(config, "max_state_dim"):
-        # a flow-matching robot policy (PI0): the robot's state, and one denoising step of an action chunk (its noise
-        # and the step's time in (0, 1), given rather than sampled so that the run is deterministic)
-        inputs["state"] = torch.randn((shape.batch, config.max_state_dim), generator=generator)
+    elif {"noise", "timestep"} <= parameters and hasattr(config, "vlm_config") and hasattr(config, "chunk_size"):
+        # a flow-matching robot policy (PI0, PI0.5): the robot's state (PI0 takes it apart, PI0.5 in its prompt), and
+        # one denoising step of an action chunk (its noise and the step's time in (0, 1), given rather than sampled
+        # so that the run is deterministic), after the prompt: camera images and text
+        if "state" in parameters and hasattr(config, "max_state_dim"):
+            inputs["state"] = torch.randn((shape.batch, config.max_state_dim), generator=generator)
         noise = (shape.batch, config.chunk_size, config.max_action_dim)
         inputs["noise"] = torch.randn(noise, generator=generator)
         inputs["timestep"] = torch.rand((shape.batch,), generator=generator)

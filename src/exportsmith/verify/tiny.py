@@ -265,6 +265,23 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     "instructblipvideo": {"video_token_index": SPECIAL_IDS - 1, "num_query_tokens": 8},
     # Five vision layers (counted from both ends of a 24-layer tower) feed its projector: five of the tiny tower's.
     "vipllava": {"vision_feature_layers": [-2, -3, -1, -2, 1]},
+    # Kolibri 1.1 (5.25): index_layers (indexers among the indexed-attention layers) and kv_source_layers (whose K/V
+    # each layer reads) spread over 2 layers collapse into repeats its validator refuses; three layers keep each kind:
+    # a sliding layer, an indexer, and a reindexer reading the indexer's K/V.
+    "kolibri1_1": {
+        "num_hidden_layers": 3,
+        "layer_types": ["sliding_attention", "indexed_attention", "indexed_attention"],
+        "index_layers": [1],
+        "kv_source_layers": [0, 1, 1],
+        "mlp_only_layers": [0],
+        "index_num_heads": 2,  # at most the query heads of a key head (4 / 2)
+        # an indexer that selects among fewer keys than the longest case has: sink, local and top-k all matter
+        "index_topk": 4,
+        "index_pool_size": 8,
+        "index_compression": 2,
+        "index_num_local_tokens": 2,
+        "index_num_sink_tokens": 1,
+    },
     # Its cache has one slot per layer call: num_layers_per_stack (1) x H_cycles (2) x (L_cycles (3) + 1).
     "hrm_text": {"num_hidden_layers": 8},
     # Its hybrid layers share one transformer block, tied from the second hybrid layer on: it needs two of them. The
