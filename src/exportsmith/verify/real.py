@@ -26,6 +26,7 @@ DEFAULT_LAYERS = 2
 LAYERS = {
     "google--gemma-3-1b-it": 6,  # five sliding-window layers, then one global
     "mistralai--Mixtral-8x7B-v0.1": 1,  # 1.6 B parameters a layer
+    "mistralai--Mistral-7B-v0.1": 1,  # every layer slides: one holds each kind (two peaked at 8.4 GB)
 }
 
 
