@@ -1,4 +1,5 @@
-"""Attention masks built with nested `torch.vmap` become one call of the mask function on broadcasting index tensors.
+"""Under export, attention masks built with nested `torch.vmap` become one call of the mask function on broadcast
+index tensors; eager keeps vmap.
 
 Why: a vmap-built mask exports, but the graph keeps functorch ops, and the `TransformGetItemToIndex` context that
 lets mask functions index tensors under vmap leaves a `flat_apply` node, so `torch.export.save` fails and ONNX /
@@ -8,12 +9,13 @@ ExecuTorch cannot take the program. Broadcasting gives the same mask: the indice
 What it rewrites:
 - a *vmap expansion helper*: a function that ends in `for dims in <dimensions>: f = torch.vmap(f, in_dims=dims,
   out_dims=0)` then `return f`, where every `<dimensions>` entry in the function is a literal tuple with exactly one
-  `0` and `None` elsewhere (`_vmap_expansion_sdpa` of transformers 5.x, `_vmap_for_bhqkv` of 4.56/4.57). The loop
-  and the return become a nested function that reshapes each mapped index to its own axis (the last vmap applied is
-  the outermost axis, as vmap stacks it), calls `f` once and expands the result; unmapped arguments pass through;
-- `with TransformGetItemToIndex():` around calls of a rewritten helper is unwrapped (no vmap, so nothing to
-  transform; indexing with broadcast index tensors is ordinary advanced indexing), and the import is dropped when
-  nothing else uses it;
+  `0` and `None` elsewhere (`_vmap_expansion_sdpa` of transformers 5.x, `_vmap_for_bhqkv` of 4.56/4.57). Under
+  `torch.compiler.is_exporting()` it returns, before the loop, a nested function that reshapes each mapped index to
+  its own axis (the last vmap applied is the outermost axis, as vmap stacks it), calls `f` once and expands the
+  result; unmapped arguments pass through. Eager keeps the loop: a mask function users pass (`or_mask_function`,
+  `use_vmap=True`) may rely on vmap's 0-d indices (`pm[b][kv]`), and eager must not change;
+- `with TransformGetItemToIndex():` around calls of a rewritten helper enters `nullcontext()` under export instead
+  (no vmap, so nothing to transform; indexing with broadcast index tensors is ordinary advanced indexing);
 - inside *mask functions* (a `def` or `lambda` with four positional parameters, the last two `q_idx`, `kv_idx`), the
   constructs that only work on the 0-d indices vmap passes: chained indexing `pm[b][kv]` -> `pm[b, kv]` (each inner
   index an index value or an int literal), Python `min`/`max` of two values -> `torch.minimum`/`torch.maximum`
@@ -41,6 +43,7 @@ import libcst.matchers as m
 
 from .base import Codemod, imports_torch
 from ._candidates import CandidateStatements
+from ._imports import add_from_import
 from ._walks import child_nodes
 
 GET_ITEM_TO_INDEX = "torch._dynamo._trace_wrapped_higher_order_op.TransformGetItemToIndex"
@@ -59,19 +62,24 @@ ALLOWED_BUILTINS = frozenset({"abs", "min", "max"})
 BUILTINS = frozenset(dir(builtins))
 
 BROADCAST_EXPANSION = """
-def broadcast_mask_function(*indices):
+if torch.compiler.is_exporting():
     # One call on broadcast index tensors instead of nested `torch.vmap` (no functorch ops in an exported graph):
     # each mapped index gets its own axis, the last vmap applied being the outermost, and the result, which may
-    # have size-1 axes, is expanded to the full shape
-    axes = [dims.index(0) for dims in reversed({dimensions})]
-    views = list(indices)
-    for axis, position in enumerate(axes):
-        shape = [1] * len(axes)
-        shape[axis] = -1
-        views[position] = indices[position].reshape(shape)
-    return {function}(*views).expand([indices[position].shape[0] for position in axes])
+    # have size-1 axes, is expanded to the full shape. Eager keeps vmap, which any mask function supports.
+    def broadcast_mask_function(*indices):
+        axes = [dims.index(0) for dims in reversed({dimensions})]
+        views = list(indices)
+        for axis, position in enumerate(axes):
+            shape = [1] * len(axes)
+            shape[axis] = -1
+            views[position] = indices[position].reshape(shape)
+        return {function}(*views).expand([indices[position].shape[0] for position in axes])
+
+    return broadcast_mask_function
 """
-UNWRAPPED_COMMENT = "# No vmap: the mask function runs once on broadcast index tensors (plain advanced indexing)"
+# Under export the mask function runs on broadcast index tensors: plain advanced indexing, no context needed (it would
+# leave a `flat_apply` node that `torch.export.save` rejects)
+UNWRAPPED_CONTEXT = "nullcontext() if torch.compiler.is_exporting() else {context}"
 
 
 def _code(node: cst.CSTNode) -> str:
@@ -254,9 +262,7 @@ class _ApplyMaskRewrites(cst.CSTTransformer):
         tensor, bound = (first, second) if first_indexed else (second, first)
         keyword = "max" if name == "min" else "min"
         call = cst.parse_expression(f"torch.clamp(x, {keyword}=c)")
-        return call.with_changes(
-            args=[call.args[0].with_changes(value=tensor), call.args[1].with_changes(value=bound)]
-        )
+        return call.with_changes(args=[call.args[0].with_changes(value=tensor), call.args[1].with_changes(value=bound)])
 
     def leave_IfExp(self, original: cst.IfExp, updated: cst.IfExp) -> cst.BaseExpression:
         if original not in self.chosen:
@@ -301,8 +307,8 @@ def _dims_are_literal(node: cst.FunctionDef, dimensions: str) -> bool:
 class VmapMasks(Codemod):
     NAME = "vmap-masks"
     DESCRIPTION = (
-        "attention masks built with nested torch.vmap -> one call of the mask function on broadcasting index "
-        "tensors plus .expand; mask functions made broadcast-safe where equivalent"
+        "attention masks built with nested torch.vmap -> under export, one call of the mask function on "
+        "broadcasting index tensors plus .expand (eager keeps vmap); mask functions made broadcast-safe where equivalent"
     )
     # A model module whose mask function this codemod refuses keeps importing transformers' own module
     SHARED_MODULE = "transformers.masking_utils"
@@ -436,7 +442,8 @@ class VmapMasks(Codemod):
         unwrapped = {
             node
             for node in withs
-            if qualified(node.items[0].item.func) == {GET_ITEM_TO_INDEX}
+            if isinstance(node.items[0].item, cst.Call)
+            and qualified(node.items[0].item.func) == {GET_ITEM_TO_INDEX}
             and all(_calls_helper(stmt, names) for stmt in node.body.body)
         }
 
@@ -446,27 +453,22 @@ class VmapMasks(Codemod):
                 if helper is None:
                     return updated
                 template = BROADCAST_EXPANSION.format(dimensions=helper.dimensions, function=helper.function)
-                nested = cst.parse_statement(template.lstrip("\n"), config=config)
-                returned = cst.parse_statement("return broadcast_mask_function", config=config)
+                exporting = cst.parse_statement(template.lstrip("\n"), config=config)
                 body = list(updated.body.body)
                 index = next(i for i, stmt in enumerate(original.body.body) if stmt is helper.loop)
                 leading = body[index].leading_lines
-                # black wants a blank line before a nested `def`
                 blank = [] if leading and leading[0].comment is None else [cst.EmptyLine(indent=False)]
-                body[index : index + 2] = [
-                    nested.with_changes(leading_lines=[*blank, *leading]),
-                    returned.with_changes(leading_lines=[cst.EmptyLine(indent=False)]),
-                ]
+                # the export form goes before the loop, which eager still runs
+                body[index:index] = [exporting.with_changes(leading_lines=[*blank, *leading])]
+                body[index + 1] = body[index + 1].with_changes(leading_lines=[cst.EmptyLine(indent=False)])
                 return updated.with_changes(body=updated.body.with_changes(body=body))
 
             def leave_With(self, original, updated):
                 if original not in unwrapped:
                     return updated
-                comment = cst.EmptyLine(comment=cst.Comment(UNWRAPPED_COMMENT))
-                kept = [line for line in updated.leading_lines if line.comment is None]
-                body = list(updated.body.body)
-                body[0] = body[0].with_changes(leading_lines=[*kept, comment, *body[0].leading_lines])
-                return cst.FlattenSentinel(body)
+                item = updated.items[0]
+                context = UNWRAPPED_CONTEXT.format(context=cst.Module([]).code_for_node(item.item))
+                return updated.with_changes(items=[item.with_changes(item=cst.parse_expression(context))])
 
         rewrite = _Rewrite(chosen, indexed_of)
         rebuilt = rebuilt | {id(walk.owners[id(node)]) for node in (*by_node, *unwrapped)}
@@ -475,8 +477,8 @@ class VmapMasks(Codemod):
             stmt = stmt.visit(rewrite) if id(stmt) in rebuilt else stmt
             body.extend(stmt.nodes if isinstance(stmt, cst.FlattenSentinel) else [stmt])
         tree = tree.with_changes(body=body)
-        if unwrapped and "TransformGetItemToIndex" not in _names_outside_imports(tree):
-            tree = _drop_import(tree, "TransformGetItemToIndex")
+        if unwrapped:
+            tree = add_from_import(tree, "contextlib", 0, "nullcontext")
         return tree
 
 
@@ -542,6 +544,14 @@ _VMAP_LOOP = m.For(
 )
 
 
+# `if torch.compiler.is_exporting():`, the branch a rewritten helper holds before its loop
+_EXPORTING_BRANCH = m.If(
+    test=m.Call(
+        func=m.Attribute(value=m.Attribute(value=m.Name("torch"), attr=m.Name("compiler")), attr=m.Name("is_exporting"))
+    )
+)
+
+
 def _vmap_loops(functions: list[cst.FunctionDef | cst.Lambda]) -> list[tuple[cst.FunctionDef, cst.For, cst.CSTNode]]:
     """(function, loop, next statement) for each `for d in dims: f = <call>(...)` in a function's top-level body:
     the shape of a nested-vmap helper, before the call is resolved to `torch.vmap`."""
@@ -550,6 +560,8 @@ def _vmap_loops(functions: list[cst.FunctionDef | cst.Lambda]) -> list[tuple[cst
         if not isinstance(function, cst.FunctionDef) or not isinstance(function.body, cst.IndentedBlock):
             continue
         stmts = list(function.body.body)
+        if any(m.matches(stmt, _EXPORTING_BRANCH) for stmt in stmts):
+            continue  # rewritten already: eager's loop stays beside the export form
         loops += [
             (function, loop, after)
             for loop, after in zip(stmts, stmts[1:])
@@ -564,27 +576,3 @@ def _imported_names(imports: list[cst.Import | cst.ImportFrom]) -> set[str]:
         if not isinstance(node.names, cst.ImportStar):
             found |= {(alias.evaluated_alias or alias.evaluated_name).split(".")[0] for alias in node.names}
     return found
-
-
-def _names_outside_imports(tree: cst.Module) -> set[str]:
-    found = set()
-    for stmt in tree.body:
-        if isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], (cst.Import, cst.ImportFrom)):
-            continue
-        found |= _names(stmt)
-    return found
-
-
-def _drop_import(tree: cst.Module, name: str) -> cst.Module:
-    body = []
-    for stmt in tree.body:
-        node = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) else None
-        if isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
-            kept = [alias for alias in node.names if alias.evaluated_name != name or alias.asname is not None]
-            if len(kept) != len(node.names):
-                if not kept:
-                    continue
-                kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-                stmt = stmt.with_changes(body=[node.with_changes(names=kept)])
-        body.append(stmt)
-    return tree.with_changes(body=body)

@@ -349,8 +349,7 @@ def test_cond_branches_reports_every_shape_it_rewrites():
                 (
                     25,
                     "mask.any()",
-                    "`scale` is read by a nested function outside the branch, which would not see the arm's "
-                    "assignment",
+                    "`scale` is read by a nested function outside the branch, which would not see the arm's assignment",
                 ),
                 (33, "mask.any()", "`LAST` is declared `global` or `nonlocal`: the arm's function would bind a local"),
             ],
@@ -437,7 +436,7 @@ def test_vmap_masks_rewrites_the_expansion_helpers_of_both_transformers_lines():
         assert findings == [
             (line, "rewritten", f"def {helper}", "nested torch.vmap -> broadcast index tensors + expand")
         ]
-        assert "torch.vmap(" not in change.rewritten and "TransformGetItemToIndex" not in change.rewritten
+        _assert_export_only(change.rewritten)
     # Broadcast-safe mask functions of the module are left byte-identical
     change, _ = _vmap_findings("masking_utils_expansion")
     assert "return padding_mask[batch_idx, kv_idx]" in change.rewritten
@@ -453,7 +452,21 @@ def test_vmap_masks_rewrites_a_helper_beside_a_mask_function_it_rewrites():
         (15, "rewritten", "def _vmap_for_bhqkv", "nested torch.vmap -> broadcast index tensors + expand"),
     ]
     assert "torch.clamp(q_idx - sliding_window, min=0)" in change.rewritten
-    assert "torch.vmap(" not in change.rewritten and "TransformGetItemToIndex" not in change.rewritten
+    _assert_export_only(change.rewritten)
+
+
+def _assert_export_only(rewritten: str) -> None:
+    """The broadcast form runs under export only: eager keeps its vmap loop and its TransformGetItemToIndex context
+    (vmap-style mask functions that users pass, `pm[b][kv]`, work only there)."""
+    exporting, eager = rewritten.split("if torch.compiler.is_exporting():\n", 1)[1].split(
+        "return broadcast_mask_function", 1
+    )
+    assert "def broadcast_mask_function(*indices):" in exporting and "torch.vmap(" not in exporting
+    assert "torch.vmap(" in eager.split("\ndef ", 1)[0]  # the helper's own loop, right after the export form
+    assert rewritten.count("with TransformGetItemToIndex():") == 0
+    for line in rewritten.splitlines():
+        if "TransformGetItemToIndex()" in line and line.lstrip().startswith("with "):
+            assert "nullcontext() if torch.compiler.is_exporting() else TransformGetItemToIndex():" in line
 
 
 def test_vmap_masks_makes_mask_functions_broadcast_safe_and_says_what_it_did():

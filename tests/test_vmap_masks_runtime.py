@@ -21,6 +21,7 @@ import inspect
 import os
 import tempfile
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 import torch
@@ -90,7 +91,19 @@ MASK_FUNCTIONS = {
     "nemotron-chunked-limited": lambda mu, b, n: mu.and_masks(
         mu.bidirectional_mask_function, modeling_nemotron_asr_streaming.chunked_limited_mask_function(4, 1)
     ),
+    # a mask function a user passes (`or_mask_function`), written for vmap's 0-d indices: chained indexing fails on
+    # broadcast index tensors, so eager must keep vmap (the vendored module once raised IndexError here)
+    "user-vmap-style": lambda mu, b, n: mu.or_masks(
+        mu.causal_mask_function, _chained_padding_mask(_padding(b, n).bool())
+    ),
 }
+
+
+def _chained_padding_mask(padding):
+    def user_mask(batch_idx, head_idx, q_idx, kv_idx):
+        return padding[batch_idx][kv_idx] & (kv_idx <= q_idx + 1)
+
+    return user_mask
 # (batch, q_length, kv_length, q_offset, kv_offset, padded)
 SHAPES = [
     (2, 7, 7, 0, 0, False),
@@ -160,9 +173,14 @@ def test_the_4_56_helper_equals_nested_vmap_with_and_without_batch_and_head_axes
     with TransformGetItemToIndex():
         expected = original(mask_function)(*arguments)
         expected_qkv = original(window, bh_indices=False)(None, None, *arguments[2:])
-    actual = rewritten(mask_function)(*arguments)
+        # eager keeps vmap: the same function calls, and the mask functions vmap alone supports still work
+        assert torch.equal(rewritten(mask_function)(*arguments), expected)
+        chained = rewritten(lambda b, h, q, kv: table[b][kv] == table[b][q])(*arguments)
+        assert torch.equal(chained, original(lambda b, h, q, kv: table[b][kv] == table[b][q])(*arguments))
+    with patch.object(torch.compiler, "is_exporting", return_value=True):  # the form an exported graph holds
+        actual = rewritten(mask_function)(*arguments)
+        actual_qkv = rewritten(window, bh_indices=False)(None, None, *arguments[2:])
     assert actual.shape == expected.shape == (3, 2, 6, 10) and torch.equal(actual, expected)
-    actual_qkv = rewritten(window, bh_indices=False)(None, None, *arguments[2:])
     assert actual_qkv.shape == expected_qkv.shape == (6, 10) and torch.equal(actual_qkv, expected_qkv)
 
 

@@ -15,10 +15,12 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 from collections.abc import Callable
+from contextlib import nullcontext
 from functools import partial
 
 import torch
 import torch.nn.functional as F
+from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
 
 from transformers.cache_utils import Cache
 from transformers.configuration_utils import PreTrainedConfig
@@ -389,19 +391,24 @@ def _vmap_expansion_sdpa(mask_function: Callable) -> Callable:
     # We vmap the function over all 4 dimensions, broadcasting [b_idx, h_idx, q_idx, kv_idx]
     dimensions = [(None, None, None, 0), (None, None, 0, None), (None, 0, None, None), (0, None, None, None)]
 
-    def broadcast_mask_function(*indices):
+    if torch.compiler.is_exporting():
         # One call on broadcast index tensors instead of nested `torch.vmap` (no functorch ops in an exported graph):
         # each mapped index gets its own axis, the last vmap applied being the outermost, and the result, which may
-        # have size-1 axes, is expanded to the full shape
-        axes = [dims.index(0) for dims in reversed(dimensions)]
-        views = list(indices)
-        for axis, position in enumerate(axes):
-            shape = [1] * len(axes)
-            shape[axis] = -1
-            views[position] = indices[position].reshape(shape)
-        return mask_function(*views).expand([indices[position].shape[0] for position in axes])
+        # have size-1 axes, is expanded to the full shape. Eager keeps vmap, which any mask function supports.
+        def broadcast_mask_function(*indices):
+            axes = [dims.index(0) for dims in reversed(dimensions)]
+            views = list(indices)
+            for axis, position in enumerate(axes):
+                shape = [1] * len(axes)
+                shape[axis] = -1
+                views[position] = indices[position].reshape(shape)
+            return mask_function(*views).expand([indices[position].shape[0] for position in axes])
 
-    return broadcast_mask_function
+        return broadcast_mask_function
+
+    for dims in dimensions:
+        mask_function = torch.vmap(mask_function, in_dims=dims, out_dims=0)
+    return mask_function
 
 
 def _non_vmap_expansion_sdpa(
@@ -571,8 +578,11 @@ def sdpa_mask(
 
     # Option 2: Vmap mask creation (custom patterns)
     else:
-        # No vmap: the mask function runs once on broadcast index tensors (plain advanced indexing)
-        attention_mask = _vmap_expansion_sdpa(mask_function)(batch_arange, head_arange, q_arange, kv_arange)
+        # This creates the 4D mask easily. Note that we need this context manager as vmap cannot handle slicing a tensor from
+        # scalar tensor (it internally calls `.item()` which vmap does not allow, but this context works around it
+        # We don't need to add an offset to the mask_function either, as we vmap directly the correct indices for k and kv indices
+        with nullcontext() if torch.compiler.is_exporting() else TransformGetItemToIndex():
+            attention_mask = _vmap_expansion_sdpa(mask_function)(batch_arange, head_arange, q_arange, kv_arange)
 
     return attention_mask
 
