@@ -104,6 +104,8 @@ def _chained_padding_mask(padding):
         return padding[batch_idx][kv_idx] & (kv_idx <= q_idx + 1)
 
     return user_mask
+
+
 # (batch, q_length, kv_length, q_offset, kv_offset, padded)
 SHAPES = [
     (2, 7, 7, 0, 0, False),
