@@ -583,9 +583,7 @@ def test_torch_export_load_imports_the_module_of_an_example_inputs_class(monkeyp
     def inputs(batch):
         generator = torch.Generator().manual_seed(batch)
         return {
-            "pair": outputs.Pair(
-                torch.randn(batch, 4, generator=generator), torch.randn(batch, 4, generator=generator)
-            )
+            "pair": outputs.Pair(torch.randn(batch, 4, generator=generator), torch.randn(batch, 4, generator=generator))
         }
 
     program = Program("forward", tuple(Case(f"batch{b}", b, 0, 0, lambda b=b: inputs(b)) for b in (2, 3)))
@@ -614,3 +612,28 @@ def test_a_failure_before_export_says_whether_the_harness_or_the_rewrite_is_at_f
     )
     # the original alone is verified: nothing to compare with
     assert verify_model("llama", subject="original").message == "ValueError: no tiny config for llama"
+
+
+def test_a_named_dim_guard_says_whether_it_holds_over_the_range_or_where_it_pins():
+    from torch.export import Dim
+
+    from exportsmith.verify.check import export_message
+
+    class ViewBack(torch.nn.Module):  # docs/TORCH_BUGS.md #3: a guard torch cannot prove
+        def forward(self, x):
+            return x.view(-1, x.size(-1)).view(x.shape) * 2
+
+    class PinsTwo(torch.nn.Module):
+        def forward(self, x):
+            return x * 3 if x.shape[1] == 2 else x * 2
+
+    dims = {"x": {0: Dim("batch", min=1, max=32), 1: Dim("tokens", min=1, max=64)}}
+    messages = []
+    for module in (ViewBack(), PinsTwo()):
+        with pytest.raises(Exception) as raised:
+            torch.export.export(module, (torch.randn(2, 5, 64),), dynamic_shapes=dims, strict=False)
+        messages.append(export_message(raised.value))
+    assert messages[0].endswith("(true over the whole range: torch cannot prove it)")
+    assert messages[1].endswith(
+        "Unsatisfied for some tokens: L['x'].size()[1] != 2 (false at tokens = 2: the code pins it)"
+    )

@@ -737,19 +737,50 @@ def export_program(model: torch.nn.Module, example: dict, dynamic_shapes: dict) 
 
 # torch's line for a guard on a dim declared dynamic that not every value of the dim's range satisfies
 _UNSATISFIED = re.compile(r"Not all values of (.*?) satisfy the generated guard (.*)\.$")
+_RANGE = re.compile(r"^(\w+) = (.+?) in the specified range (?:(\d+) <= )?\1 <= (\d+)$")
 
 
 def export_message(error: BaseException) -> str:
     """An export error's first line; for a dim the code pins ("Constraints violated"), also the first guard torch
-    says not every value of the dim's range satisfies (the first line names only the dim), shortened."""
+    says not every value of the dim's range satisfies (the first line names only the dim), shortened, and whether
+    it in fact holds over the whole range (torch could not prove it: docs/TORCH_BUGS.md #3)."""
     message = first_line(error)
     if is_constraint_violation(error):
         for line in str(error).splitlines():
             found = _UNSATISFIED.search(line.strip())
             if found:
-                guard = found.group(2)
-                return f"{message} Unsatisfied for some {found.group(1).split(' = ')[0]}: {guard[:160]}"
+                guard, name = found.group(2), found.group(1).split(" = ")[0]
+                failing = first_failing_size(found.group(1), guard)
+                verdict = (
+                    " (true over the whole range: torch cannot prove it)"
+                    if failing is False
+                    else f" (false at {name} = {failing}: the code pins it)"
+                    if failing
+                    else ""
+                )
+                return f"{message} Unsatisfied for some {name}: {guard[:160]}{verdict}"
     return message
+
+
+def first_failing_size(dim: str, guard: str) -> int | bool | None:
+    """The first value of the dim's range at which `guard` is false, `guard` being torch's text of a guard on that one
+    dim (`dim`: "tokens = L['x'].size()[1] in the specified range tokens <= 64"; min 1 when torch names no lower
+    bound); False when it holds at every value (a guard torch failed to prove, not a pin); None when it involves other
+    sizes or cannot be read."""
+    found = _RANGE.match(dim.strip())
+    if found is None or found.group(2) not in guard:
+        return None
+    expression = guard.replace(found.group(2), "size")
+    if "L[" in expression or not re.fullmatch(r"[\w\s()+\-*/%<>=!.,]*", expression):
+        return None
+    low, high = int(found.group(3) or 1), int(found.group(4))
+    try:
+        code = compile(expression, "<guard>", "eval")
+        names = {"__builtins__": {}, "min": min, "max": max}
+        # torch's own text of a size expression: arithmetic, min and max over one int
+        return next((size for size in range(low, high + 1) if not eval(code, names, {"size": size})), False)
+    except Exception:
+        return None
 
 
 def is_constraint_violation(error: BaseException) -> bool:
