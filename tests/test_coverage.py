@@ -189,7 +189,7 @@ def test_columns_without_records_carry_an_earlier_tables_cells_and_say_so():
     assert data["moves"]["broken"] == ["b"] and data["moves"]["needs"] == {"cond-branches": ["a"]}
     text = coverage.markdown(data, {})
     assert "(33.3%; carried over from the table of 2026-01-01, not re-swept with this harness)" in text
-    assert "(The original's cells are carried over from 2026-01-01.)" in text
+    assert "(The original's cells are carried over from 2026-01-01, measured with the earlier harness" in text
     assert "measured with the harness of 2026-01-01" in text
     # without `carry`, a column without records is not run
     assert coverage.table(records, ["a"], {})["models"][0]["original"]["status"] == "not-run"

@@ -282,7 +282,8 @@ def markdown(data: dict, model_seconds: dict[str, float]) -> str:
         f" original passes for {len(moved['broken'])}"
         + (f" ({', '.join(moved['broken'])})." if moved["broken"] else ".")
         + (
-            f" (The original's cells are carried over from {carried['date']}.)"
+            f" (The original's cells are carried over from {carried['date']}, measured with the earlier harness: a type"
+            " listed here may fail the new cases in the original too.)"
             if "original" in carried["columns"]
             else ""
         ),
