@@ -241,7 +241,9 @@ def test_regeneration_keeps_verification_records_and_check_ignores_them(tmp_path
 def test_a_shared_module_rewritten_in_place_is_vendored_whole_and_models_import_it(rendered):
     text = rendered.files["_shared/masking_utils.py"]
     assert "# codemods: pad-to-min-length, export-early-return, vmap-masks" in text
-    assert "torch.vmap(" not in text and "TransformGetItemToIndex" not in text
+    # under export the masks are broadcast, in eager vmap stays (as transformers has it)
+    assert "if torch.compiler.is_exporting():" in text and "def broadcast_mask_function(*indices):" in text
+    assert "with nullcontext() if torch.compiler.is_exporting() else TransformGetItemToIndex():" in text
     assert "def sdpa_mask(" in text and "from transformers.cache_utils import Cache\n" in text
     compile(text, "masking_utils.py", "exec")
     assert "from .._shared.masking_utils import create_causal_mask\n" in rendered.files["llama/modeling_llama.py"]

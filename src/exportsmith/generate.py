@@ -388,7 +388,7 @@ def generated_modules(out: Path) -> list[str]:
 
 # Files that other commands write into the output directory (verification records, coverage tables): generation
 # keeps them where their directory still exists, and `check` does not compare them.
-RECORDS = ("COVERAGE.md", "COVERAGE.json", "EAGER.json", "VERIFY.json")
+RECORDS = ("COVERAGE.md", "COVERAGE.json", "EAGER.json", "REAL_CONFIGS.md", "VERIFY.json")
 
 
 def _records(out: Path) -> list[Path]:
