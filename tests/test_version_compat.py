@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 
 from exportsmith.cli import app
 from exportsmith.discover import find_transformers, torch_modeling_files
+from exportsmith.generate import generated_version
 from exportsmith.verify import verify_model
 from exportsmith.verify.check import DIM_STYLES
 from exportsmith.verify.inputs import cache_keyword, output_cache
@@ -36,7 +37,7 @@ TF = find_transformers()
 MAJOR = int(TF.version.split(".")[0])
 ON_4X = MAJOR == 4
 ROOT = Path(__file__).parents[1]
-COMMITTED = re.search(r"from transformers (\S+)\. ", (ROOT / "generated" / "__init__.py").read_text()).group(1)
+COMMITTED = generated_version(ROOT / "generated")
 ON_COMMITTED = TF.version == COMMITTED
 
 MODELS = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gpt2", "mixtral")
