@@ -7,9 +7,9 @@ that picks another token at one step (a difference, found at that step)."""
 import pytest
 import torch
 
-from exportsmith.verify.check import MAX_ABS_DIFF, build_pair
+from exportsmith.verify.check import MAX_ABS_DIFF, build_pair, media_encoder_inputs, programs_for
 from exportsmith.verify.greedy import NEW_TOKENS, PROMPT_LENGTHS, greedy_loops, is_tie, reference
-from exportsmith.verify.tasks import vocab
+from exportsmith.verify.tasks import forward_parameters, main_input, vocab
 
 
 @pytest.mark.parametrize("model_type", ["llama", "gpt2", "t5"])
@@ -28,7 +28,8 @@ def test_generate_runs_every_step_even_where_the_model_produces_eos():
     with torch.no_grad():
         original.lm_head.bias = torch.nn.Parameter(torch.zeros(original.config.vocab_size))
         original.lm_head.bias[eos] = 1e3
-    tokens, logits = reference(original, torch.tensor([[5, 6]]))
+    prompt = torch.tensor([[5, 6]])
+    tokens, logits = reference(original, {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)})
     assert tokens.shape == (1, NEW_TOKENS) and len(logits) == NEW_TOKENS
     assert (tokens == eos).all()
     assert original.generation_config.eos_token_id == eos  # the model's own config is left as it was
@@ -89,4 +90,31 @@ def test_an_encoder_decoder_without_a_start_token_starts_from_its_decoders_or_ze
 
 def test_a_model_whose_generate_gives_codebooks_gets_no_loop():
     original, _ = build_pair("csm", None)
+    assert greedy_loops(original, original, original, False, vocab(original.config), MAX_ABS_DIFF) == []
+
+
+@pytest.mark.parametrize("model_type", ["whisper", "vision-encoder-decoder", "pix2struct", "pp_formulanet"])
+def test_an_encoder_of_audio_or_images_is_given_its_forward_inputs_not_a_prompt(model_type):
+    # a text prompt would be no input for these encoders (whisper: "expects the mel input features to be of length
+    # 256"); pix2struct's config does not cache by default, so its first step must ask for the cache; pp_formulanet's
+    # forward also takes decoder `input_ids`, which generate() would take for the decoder's prompt
+    original, _ = build_pair(model_type, None)
+    encoder_inputs = media_encoder_inputs(original)
+    assert encoder_inputs is not None
+    loops = greedy_loops(original, original, original, True, vocab(original.config), MAX_ABS_DIFF, encoder_inputs)
+    main = main_input(original, forward_parameters(original))
+    assert [loop.name for loop in loops] == [f"batch1-{main}", f"batch2-{main}"]
+    assert all(loop.match and loop.error is None for loop in loops), [loop.describe() for loop in loops]
+
+
+def test_a_text_encoder_decoders_forward_program_asks_for_the_cache_and_its_loops_draw_prompts():
+    original, _ = build_pair("t5", None)
+    assert media_encoder_inputs(original) is None
+    forward = next(program for program in programs_for(original) if program.name == "forward")
+    assert all(case.inputs()["use_cache"] is True for case in forward.cases)
+
+
+def test_a_model_without_generate_gets_no_loop():
+    original, _ = build_pair("pix2struct_text_model", None)  # a decoder tower: its container generates
+    assert not hasattr(original, "generate")
     assert greedy_loops(original, original, original, False, vocab(original.config), MAX_ABS_DIFF) == []

@@ -313,13 +313,15 @@ def check_programs(
     if names in ({"decode", "prefill"}, {"decode", "forward"}):  # a decoder LM, an encoder-decoder LM
         first = "prefill" if "prefill" in names else "forward"
         runnables = {name: runnable_of(exported[name, styles[0]]) for name in names}
+        reference_model = model if original is None else original
         loops = greedy_loops(
-            model if original is None else original,
+            reference_model,
             runnables[first],
             runnables["decode"],
             encoder_decoder=first == "forward",
             vocab_size=vocab(model.config),
             tolerance=MAX_ABS_DIFF,
+            encoder_inputs=media_encoder_inputs(reference_model) if first == "forward" else None,
         )
         result.greedy = [asdict(loop) for loop in loops]
         failed = [loop for loop in loops if not loop.ok]
@@ -327,6 +329,15 @@ def check_programs(
             return result.fail("greedy-mismatch", "; ".join(loop.describe() for loop in failed))
     result.ok = True
     return result
+
+
+def media_encoder_inputs(model: torch.nn.Module) -> Callable[[int], dict] | None:
+    """For an encoder-decoder whose encoder takes audio or images, its forward program's seeded inputs at a given
+    batch (what its greedy loops encode); None for a text encoder (the loops draw prompts)."""
+    if model.main_input_name == "input_ids":
+        return None
+    layout = audio_layout(model)
+    return lambda batch: dummy_inputs(model, layout, InputShape(batch=batch, seed=batch))
 
 
 MODELS_PACKAGE = "transformers.models."
@@ -479,6 +490,12 @@ def programs_for(
             for name, cases in (("decode", DECODE_CASES + extra[0]), ("prefill", PREFILL_CASES + extra[1]))
         ]
     if is_lm and "encoder_outputs" in parameters:
+        # its forward starts a generation: with `use_cache=True`, as generate() calls it (a config may default to
+        # False: pix2struct's forward then returns no cache, and no decode step could follow it)
+        forward = Program(
+            "forward",
+            tuple(Case(c.name, c.batch, c.new_tokens, 0, partial(caching, c.inputs)) for c in forward.cases),
+        )
         return [
             Program(
                 "decode", tuple(seq2seq_case(cache_model or original, layout, case) for case in SEQ2SEQ_DECODE_CASES)
@@ -486,6 +503,11 @@ def programs_for(
             forward,
         ]
     return [forward]
+
+
+def caching(inputs: Callable[[], dict]) -> dict:
+    """A forward's inputs with `use_cache=True`."""
+    return {**inputs(), "use_cache": True}
 
 
 def shape_name(shape: InputShape) -> str:

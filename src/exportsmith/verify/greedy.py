@@ -8,7 +8,12 @@ decode program, again and again. `greedy_loops` does exactly that for prompts of
 runs all the steps) and without the logits processing a model's generation config asks for (forced or suppressed
 tokens, penalties: the same post-processing of any program's logits), not a model's own `generate` override. An encoder-decoder's loop starts
 from its decoder start token with the forward program (encoder inputs and that one token), then runs the decode
-program with the encoder's output, the encoder's attention mask and the cache.
+program with the encoder's output, the encoder's attention mask and the cache. An encoder that takes audio or images
+(whisper, a vision encoder-decoder) is given them instead of a prompt: the seeded inputs of the model's forward
+program at each batch (`encoder_inputs`), one loop per batch.
+
+A model that is not a `GenerationMixin` (a decoder tower such as pix2struct's text model) has no generate() to match:
+it gets no loop (its container's loop drives it).
 
 A model whose generate() gives more than one id per row and step (csm's audio codebooks) gets no loop: a loop that
 takes the argmax of the logits is not how its programs are used.
@@ -29,7 +34,7 @@ from transformers.generation.utils import GenerationMixin
 
 from exportsmith.verify.errors import first_line
 from exportsmith.verify.inputs import cache_keyword, output_cache
-from exportsmith.verify.tasks import random_tokens
+from exportsmith.verify.tasks import forward_parameters, main_input, random_tokens
 
 PROMPT_LENGTHS = (1, 2, 12)
 BATCHES = (1, 2)
@@ -41,7 +46,8 @@ class GreedyRecord:
     """One loop: whether the programs' tokens equal generate()'s, the first step where they differ, or an error."""
 
     batch: int
-    prompt: int
+    prompt: int | None  # the prompt's length; None for an encoder's audio or image inputs
+    media: str | None = None  # the encoder's main input (`input_features`, `pixel_values`) when it is not text
     match: bool = False
     first_difference: int | None = None
     tie: bool = False  # the first difference is at a step where eager's two best logits are within rounding
@@ -53,7 +59,7 @@ class GreedyRecord:
 
     @property
     def name(self) -> str:
-        return f"batch{self.batch}-prompt{self.prompt}"
+        return f"batch{self.batch}-" + (self.media if self.media is not None else f"prompt{self.prompt}")
 
     def describe(self) -> str:
         if self.error is not None:
@@ -72,6 +78,9 @@ class NotATokenLoop(Exception):
     takes the argmax of the logits is not how its programs are used, and no loop runs."""
 
 
+EncoderInputs = Callable[[int], dict]
+
+
 def greedy_loops(
     original: torch.nn.Module,
     prefill: Runnable,
@@ -79,19 +88,30 @@ def greedy_loops(
     encoder_decoder: bool,
     vocab_size: int,
     tolerance: float,
+    encoder_inputs: EncoderInputs | None = None,
 ) -> list[GreedyRecord]:
     """A greedy loop for each prompt length and batch: `prefill` (a decoder LM's prefill program, or an
-    encoder-decoder's forward program) then `decode`, against `original`'s generate."""
+    encoder-decoder's forward program) then `decode`, against `original`'s generate. `encoder_inputs(batch)`, for an
+    encoder-decoder whose encoder does not take text: its forward program's inputs at that batch (one loop a batch)."""
+    if not isinstance(original, GenerationMixin):
+        return []
+    media = main_input(original, forward_parameters(original)) if encoder_inputs is not None else None
     records = []
     for batch in BATCHES:
-        for length in PROMPT_LENGTHS:
-            record = GreedyRecord(batch, length)
-            generator = torch.Generator().manual_seed(7_000 + batch * 100 + length)
-            prompt = random_tokens(vocab_size, (batch, length), generator)
+        for length in PROMPT_LENGTHS if media is None else (None,):
+            record = GreedyRecord(batch, length, media)
+            if media is None:
+                generator = torch.Generator().manual_seed(7_000 + batch * 100 + length)
+                prompt = random_tokens(vocab_size, (batch, length), generator)
+                inputs = {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}
+            else:
+                inputs = encoder_inputs(batch)
             try:
-                expected, expected_logits = reference(original, prompt)
-                loop = encoder_decoder_loop if encoder_decoder else decoder_loop
-                actual = loop(original, prefill, decode, prompt)
+                expected, expected_logits = reference(original, inputs)
+                if encoder_decoder:
+                    actual = encoder_decoder_loop(original, prefill, decode, inputs)
+                else:
+                    actual = decoder_loop(original, prefill, decode, inputs["input_ids"])
             except NotATokenLoop:
                 return []  # the same for every prompt
             except Exception as error:
@@ -156,8 +176,9 @@ def generation_config(model: torch.nn.Module) -> GenerationConfig:
     )
 
 
-def reference(model: torch.nn.Module, prompt: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """The new token ids ([batch, NEW_TOKENS]) of the plain generation loop on `prompt`, and its logits per step."""
+def reference(model: torch.nn.Module, inputs: dict) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The new token ids ([batch, NEW_TOKENS]) of the plain generation loop on `inputs` (a prompt's `input_ids` and
+    `attention_mask`, or an encoder's inputs), and its logits per step."""
     config = generation_config(model)
     # generate() fills the fields a given config leaves None from the model's own generation config: that one must
     # hold no EOS either (a row that produced it would be padded, and the loop would stop early) and no logits
@@ -172,9 +193,7 @@ def reference(model: torch.nn.Module, prompt: torch.Tensor) -> tuple[torch.Tenso
     torch.manual_seed(0)
     try:
         with torch.no_grad():
-            out = GenerationMixin.generate(
-                model, prompt, attention_mask=torch.ones_like(prompt), generation_config=config
-            )
+            out = GenerationMixin.generate(model, **generate_inputs(model, inputs), generation_config=config)
     finally:
         model.generation_config = saved
     if out.sequences.dim() != 2:  # csm's codebooks: [batch, steps, codebooks]
@@ -198,24 +217,40 @@ def decoder_loop(model: torch.nn.Module, prefill: Runnable, decode: Runnable, pr
     return torch.cat(tokens, dim=1)
 
 
-def encoder_decoder_loop(model: torch.nn.Module, forward: Runnable, decode: Runnable, prompt: torch.Tensor):
-    """The new token ids of an encoder-decoder's greedy loop: the forward program on the prompt and the decoder start
-    token, then the decode program with the encoder's output and the cache."""
+def encoder_only(inputs: dict) -> dict:
+    """`inputs` without the decoder's: what generate() takes (it starts the decoder itself)."""
+    return {name: value for name, value in inputs.items() if not name.startswith("decoder_")}
+
+
+def generate_inputs(model: torch.nn.Module, inputs: dict) -> dict:
+    """What generate() takes of a loop's `inputs`: the encoder's, and no `input_ids` beside an encoder's audio or
+    images (generate would take them for the decoder's prompt, where the loop starts from the start token)."""
+    encoder = encoder_only(inputs)
+    if main_input(model, forward_parameters(model)) != "input_ids":
+        encoder.pop("input_ids", None)
+    return encoder
+
+
+def encoder_decoder_loop(model: torch.nn.Module, forward: Runnable, decode: Runnable, inputs: dict) -> torch.Tensor:
+    """The new token ids of an encoder-decoder's greedy loop: the forward program on the encoder's `inputs` (a prompt
+    and its mask, or audio or images), the decoder start token and `use_cache=True`, then the decode program with the
+    encoder's output, the encoder's attention mask (where its inputs have one) and the cache."""
     keyword = cache_keyword(model)
-    batch = prompt.shape[0]
+    encoder = encoder_only(inputs)
+    batch = encoder[main_input(model, forward_parameters(model))].shape[0]
     start = generation_config(model).decoder_start_token_id
-    mask = torch.ones_like(prompt)
+    mask = {"attention_mask": encoder["attention_mask"]} if "attention_mask" in encoder else {}
     with torch.no_grad():
         decoder_ids = torch.full((batch, 1), start, dtype=torch.long)
-        out = forward(input_ids=prompt, attention_mask=mask, decoder_input_ids=decoder_ids)
+        out = forward(**encoder, decoder_input_ids=decoder_ids, use_cache=True)
         encoder_outputs = (out.encoder_last_hidden_state,)
         tokens = [out.logits[:, -1].argmax(-1, keepdim=True)]
         for _ in range(1, NEW_TOKENS):
             out = decode(
                 encoder_outputs=encoder_outputs,
                 decoder_input_ids=tokens[-1],
-                attention_mask=mask,
                 use_cache=True,
+                **mask,
                 **{keyword: output_cache(out)},
             )
             tokens.append(out.logits[:, -1].argmax(-1, keepdim=True))
