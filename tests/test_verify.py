@@ -637,3 +637,64 @@ def test_a_named_dim_guard_says_whether_it_holds_over_the_range_or_where_it_pins
     assert messages[1].endswith(
         "Unsatisfied for some tokens: L['x'].size()[1] != 2 (false at tokens = 2: the code pins it)"
     )
+
+
+def test_a_text_models_forward_program_runs_at_one_and_two_tokens_and_a_vision_models_does_not():
+    from exportsmith.verify.check import build_pair, programs_for
+
+    bert, _ = build_pair("bert", None)
+    (forward,) = programs_for(bert)
+    edges = [case for case in forward.cases if case.optional]
+    assert [(case.name, case.inputs()["input_ids"].shape) for case in edges] == [
+        ("batch1-text1", (1, 1)),
+        ("batch1-text2", (1, 2)),
+    ]
+    vit, _ = build_pair("vit", None)
+    assert not any(case.optional for program in programs_for(vit) for case in program.cases)
+
+
+def install_bert(monkeypatch, name: str, masked_lm_class: type) -> str:
+    """Put `<name>.bert.modeling_bert` with `masked_lm_class` as its BertForMaskedLM in sys.modules."""
+    modeling = types.ModuleType(f"{name}.bert.modeling_bert")
+    modeling.BertForMaskedLM = masked_lm_class
+    monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, f"{name}.bert", types.ModuleType(f"{name}.bert"))
+    monkeypatch.setitem(sys.modules, f"{name}.bert.modeling_bert", modeling)
+    return name
+
+
+def test_a_one_token_input_that_the_trace_took_for_longer_is_a_silent_specialisation(monkeypatch):
+    class BertForMaskedLM(transformers.BertForMaskedLM):
+        """The same results as bert's in eager; the trace (at 2+ tokens) takes the 2+ token arm, with no guard, and
+        that arm scales the logits by 0 at one token."""
+
+        def forward(self, input_ids=None, attention_mask=None, token_type_ids=None):
+            out = super().forward(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+            if input_ids.shape[1] > 1:
+                out.logits = out.logits * (torch.arange(input_ids.shape[1]) >= 1).any()
+            return out
+
+    result = verify_model("bert", install_bert(monkeypatch, "longer_bert", BertForMaskedLM))
+    assert result.eager_identical and result.failure == "silent-specialisation", result.summary
+    wrong = {record.name for record in result.cases if not record.max_diff <= MAX_ABS_DIFF}
+    assert wrong == {"batch1-text1"}
+
+
+def test_an_edge_case_the_original_refuses_in_eager_is_left_out_of_the_range_and_named(monkeypatch):
+    from exportsmith.verify import check
+
+    plain_run = check.run
+
+    def no_single_token(model, inputs):
+        if not callable(getattr(model, "module", None)) and isinstance(model, transformers.BertForMaskedLM):
+            case_inputs = inputs.inputs() if isinstance(inputs, check.Case) else inputs
+            if case_inputs["input_ids"].shape[1] == 1:
+                raise RuntimeError("a kernel wider than one token")
+        return plain_run(model, inputs)
+
+    monkeypatch.setattr(check, "run", no_single_token)
+    result = verify_model("bert", subject="original")
+    assert result.ok, result.summary
+    assert result.outside_range == ["forward batch1-text1: RuntimeError: a kernel wider than one token"]
+    assert {record.name for record in result.cases} == {"batch2-text8", "batch1-text5", "batch3-text11", "batch1-text2"}
+    assert result.record()["outside_range"] == result.outside_range
