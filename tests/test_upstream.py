@@ -63,7 +63,7 @@ PATCHED_MODELS = ["llama", "qwen2_moe", "gemma3", "mistral", "t5", "bert", "vit"
 def _case_outcome(case: dict) -> str:
     if case["error"] is not None:
         return "raised"
-    return "within tolerance" if case["max_diff"] <= MAX_ABS_DIFF else "over tolerance"
+    return "within tolerance" if case["max_diff"] <= case.get("tolerance", MAX_ABS_DIFF) else "over tolerance"
 
 
 def _outcome(record: dict) -> dict:

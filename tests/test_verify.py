@@ -147,7 +147,7 @@ def test_verify_passes_an_identical_copy(monkeypatch, tmp_path):
     assert len(result.cases) == (len(DECODE_CASES) + len(PREFILL_CASES)) * len(DIM_STYLES)
     assert {record.dims for record in result.cases} == set(DIM_STYLES)
     # exported vs eager: within the harness's tolerance, not 0, which another CPU's kernels need not give
-    assert result.max_diff <= MAX_ABS_DIFF and set(result.export_seconds) == {"decode", "prefill"}
+    assert not any(record.wrong for record in result.cases) and set(result.export_seconds) == {"decode", "prefill"}
     assert result.summary.startswith(f"llama: ok max|diff|={result.max_diff:.3g} (decode ")
     assert len(result.greedy) == 6 and all(loop["match"] for loop in result.greedy)
 
@@ -676,7 +676,7 @@ def test_a_one_token_input_that_the_trace_took_for_longer_is_a_silent_specialisa
 
     result = verify_model("bert", install_bert(monkeypatch, "longer_bert", BertForMaskedLM))
     assert result.eager_identical and result.failure == "silent-specialisation", result.summary
-    wrong = {record.name for record in result.cases if not record.max_diff <= MAX_ABS_DIFF}
+    wrong = {record.name for record in result.cases if record.wrong}
     assert wrong == {"batch1-text1"}
 
 
@@ -698,3 +698,15 @@ def test_an_edge_case_the_original_refuses_in_eager_is_left_out_of_the_range_and
     assert result.outside_range == ["forward batch1-text1: RuntimeError: a kernel wider than one token"]
     assert {record.name for record in result.cases} == {"batch2-text8", "batch1-text5", "batch3-text11", "batch1-text2"}
     assert result.record()["outside_range"] == result.outside_range
+
+
+def test_the_tolerance_is_rounding_relative_to_the_outputs_magnitude():
+    from exportsmith.verify.check import CaseRecord
+    from exportsmith.verify.tolerance import ATOL, RTOL, allowed
+
+    assert allowed([torch.zeros(3), torch.tensor([1, 2])]) == ATOL  # integer outputs must be equal anyway
+    assert allowed([torch.tensor([0.1, -5.4]), torch.tensor([float("inf"), float("nan")])]) == ATOL + RTOL * 5.4
+    # Mistral-7B's step past its window: 1.51e-5 on logits up to 5.4 is rounding; the same on outputs of order 1 is not
+    at_real_width = CaseRecord("decode", "window-crossed", 1, 1, 4101, 1.51e-5, tolerance=allowed([torch.tensor([5.4])]))
+    at_tiny_width = CaseRecord("decode", "window-crossed", 1, 1, 14, 1.51e-5, tolerance=allowed([torch.tensor([1.0])]))
+    assert not at_real_width.wrong and at_tiny_width.wrong

@@ -18,7 +18,7 @@ it gets no loop (its container's loop drives it).
 A model whose generate() gives more than one id per row and step (csm's audio codebooks) gets no loop: a loop that
 takes the argmax of the logits is not how its programs are used.
 
-A program's logits may differ from eager's by rounding (`check.MAX_ABS_DIFF`); where eager's two best tokens at a
+A program's logits may differ from eager's by rounding (`tolerance.py`); where eager's two best tokens at a
 step are that close, the programs may pick the other one and the rest of the generation then differs for a reason
 that is not a bug. Such a step is reported as a tie (`GreedyRecord.tie`) and passes; any other difference fails.
 """
@@ -35,6 +35,7 @@ from transformers.generation.utils import GenerationMixin
 from exportsmith.verify.errors import first_line
 from exportsmith.verify.inputs import cache_keyword, output_cache
 from exportsmith.verify.tasks import forward_parameters, main_input, random_tokens
+from exportsmith.verify.tolerance import RTOL
 
 PROMPT_LENGTHS = (1, 2, 12)
 BATCHES = (1, 2)
@@ -138,10 +139,11 @@ def greedy_loops(
 def is_tie(logits: torch.Tensor, expected: torch.Tensor, actual: torch.Tensor, tolerance: float) -> bool:
     """Whether, in every row, eager's logit of the token eager chose and of the token the program chose ([batch,
     vocab] logits, [batch] ids) are within rounding of each other: programs that differ from eager by `tolerance`
-    could have chosen either."""
+    plus the relative rounding of the row's logits (tolerance.RTOL) could have chosen either."""
     chosen = logits.gather(-1, expected[:, None])
     other = logits.gather(-1, actual[:, None])
-    return bool(((chosen - other).abs() <= 2 * tolerance).all())
+    rounding = tolerance + RTOL * logits.abs().amax(dim=-1, keepdim=True)
+    return bool(((chosen - other).abs() <= 2 * rounding).all())
 
 
 # Where an encoder-decoder's first decoder token is found, in order (generate's own order, then its decoder's config:
