@@ -51,6 +51,29 @@ def test_generated_llama_through_onnx_matches_eager_at_every_case():
         assert result.output_names[program] == ["logits"] + [f"present.{name}" for name in cache]
     assert set(result.export_seconds) == {"decode", "prefill"}
     assert result.summary.startswith("llama: ONNX ok max|diff|=")
+    # what a user who deploys the two graphs runs: greedy loops through ORT alone give generate()'s tokens
+    assert [(loop["batch"], loop["prompt"]) for loop in result.greedy] == [(b, p) for b in (1, 2) for p in (1, 2, 12)]
+    assert all(loop["match"] for loop in result.greedy), result.greedy
+
+
+def test_an_onnx_decode_graph_that_picks_another_token_fails_the_greedy_loop(monkeypatch):
+    from exportsmith.verify import onnx_check
+
+    plain_call = onnx_check.OrtProgram.__call__
+
+    def second_best_at_the_third_decode_step(self, **inputs):
+        out = plain_call(self, **inputs)
+        if "cache" in inputs and inputs["input_ids"].shape[1] == 1:
+            self.calls = getattr(self, "calls", 0) + 1
+            if self.calls == 3:
+                second = out.logits[:, -1].topk(2).indices[:, 1]
+                out.logits[torch.arange(len(second)), -1, second] = out.logits[:, -1].max(-1).values + 1.0
+        return out
+
+    monkeypatch.setattr(onnx_check.OrtProgram, "__call__", second_best_at_the_third_decode_step)
+    result = verify_onnx("llama")
+    assert result.failure == "greedy-mismatch", result.summary
+    assert result.message.startswith("batch1-prompt1: differs from step 3")
 
 
 def test_a_copy_that_differs_only_under_export_is_a_mismatch(monkeypatch):

@@ -10,7 +10,10 @@ forward):
    `past.layers.0.values`, ... on the way in and `present.layers.0.keys`, ... on the way out, next to `input_ids`,
    `attention_mask` and `logits` (the exporter's own output names are FX node names such as `linear_14`, `cat_3`);
 3. runs it in ONNX Runtime on the CPU at every case of the program and compares every output (logits, cache
-   tensors, int counters) by name with the ORIGINAL model's eager output at that case.
+   tensors, int counters) by name with the ORIGINAL model's eager output at that case;
+4. for a decoder LM or an encoder-decoder LM, runs `greedy.greedy_loops` with the sessions standing for the programs
+   (`OrtProgram`: keyword inputs in, the model's output rebuilt with its cache out), against the original's
+   `generate(do_sample=False)`: what a user who deploys the two ONNX graphs runs.
 
 It never raises for a model's failure: a build error, an export error, an ORT error or a difference above
 `ONNX_MAX_ABS_DIFF` becomes a failed `OnnxResult` (one of `FAILURE_KINDS`, with the first line of the error). It
@@ -23,7 +26,7 @@ import math
 import re
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
@@ -36,12 +39,15 @@ from exportsmith.verify.check import (
     Program,
     build_pair,
     in_range,
+    media_encoder_inputs,
     programs_for,
     run,
     tensor_diff,
     varying_dims,
 )
 from exportsmith.verify.errors import first_line
+from exportsmith.verify.greedy import greedy_loops
+from exportsmith.verify.tasks import vocab
 from exportsmith.verify.shapes import with_named_inputs
 
 ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime")
@@ -52,7 +58,7 @@ INSTALL_HINT = "pip install 'exportsmith[onnx]'"
 # cache slice moves logits by 1e-2 or more.
 ONNX_MAX_ABS_DIFF = 1e-4
 
-FAILURE_KINDS = ("build", "onnx-export-error", "ort-error", "mismatch")
+FAILURE_KINDS = ("build", "onnx-export-error", "ort-error", "mismatch", "greedy-mismatch")
 
 # How the top-level names of the forward's keywords and of its output read in the ONNX graph (the cache is `cache`
 # in transformers 5.x, `past_key_values` in 4.x).
@@ -82,6 +88,7 @@ class OnnxResult:
     output_names: dict[str, list[str]] = field(default_factory=dict)
     failure: str | None = None
     message: str = ""
+    greedy: list[dict] = field(default_factory=list)  # an LM's greedy loops through ORT (greedy.GreedyRecord)
 
     @property
     def max_diff(self) -> float | None:
@@ -126,7 +133,7 @@ def verify_onnx(model_type: str, package: str = "generated") -> OnnxResult:
     except Exception as error:
         return result.fail("build", first_line(error))
 
-    export_errors, session_errors = [], []
+    export_errors, session_errors, sessions = [], [], {}
     for program in programs:
         example = program.cases[0]
         try:
@@ -145,6 +152,7 @@ def verify_onnx(model_type: str, package: str = "generated") -> OnnxResult:
         except Exception as error:
             session_errors.append(f"{program.name}: {first_line(error)}")
             continue
+        sessions[program.name] = OrtProgram(session, onnx_program, run(generated, example))
         result.cases += [
             run_case(session, program.name, case, references[program.name, case.name]) for case in program.cases
         ]
@@ -160,8 +168,50 @@ def verify_onnx(model_type: str, package: str = "generated") -> OnnxResult:
     ort_errors = session_errors + [f"{r.program} {r.name}: {r.error}" for r in result.cases if r.error is not None]
     if ort_errors:
         return result.fail("ort-error", "; ".join(ort_errors))
+    if set(sessions) in ({"decode", "prefill"}, {"decode", "forward"}):  # a decoder LM, an encoder-decoder LM
+        first = "prefill" if "prefill" in sessions else "forward"
+        loops = greedy_loops(
+            original,
+            sessions[first],
+            sessions["decode"],
+            encoder_decoder=first == "forward",
+            vocab_size=vocab(original.config),
+            tolerance=ONNX_MAX_ABS_DIFF,
+            encoder_inputs=media_encoder_inputs(original) if first == "forward" else None,
+        )
+        result.greedy = [asdict(loop) for loop in loops]
+        failed = [loop for loop in loops if not loop.ok]
+        if failed:
+            return result.fail("greedy-mismatch", "; ".join(loop.describe() for loop in failed))
     result.ok = True
     return result
+
+
+class OrtProgram:
+    """A program's ONNX Runtime session called as the program is: keyword inputs (a cache object among them) in, the
+    model's output out, rebuilt from the session's outputs with the exported program's output tree spec (leaves the
+    program returns as constants come from the spec, int leaves back as ints), so that its cache feeds the next step."""
+
+    def __init__(self, session, onnx_program, example_output):
+        program = onnx_program.exported_program
+        self.session, self.out_spec = session, program.call_spec.out_spec
+        outputs = [s for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
+        self.constants = {i: s.arg.value for i, s in enumerate(outputs) if isinstance(s.arg, ConstantArgument)}
+        self.kinds = [type(leaf) for leaf in pytree.tree_leaves(example_output)]
+
+    def __call__(self, **inputs):
+        named = named_leaves(inputs, INPUT_NAMES)
+        feed = {value.name: np.asarray(named[value.name]) for value in self.session.get_inputs()}
+        values = iter(self.session.run(None, feed))
+        leaves = []
+        for index, kind in enumerate(self.kinds):
+            if index in self.constants:
+                leaves.append(self.constants[index])
+            elif kind in (int, bool):
+                leaves.append(kind(next(values)))
+            else:
+                leaves.append(torch.from_numpy(np.ascontiguousarray(next(values))))
+        return pytree.tree_unflatten(leaves, self.out_spec)
 
 
 def original_references(original: torch.nn.Module, programs: list[Program]) -> dict[tuple[str, str], dict]:
