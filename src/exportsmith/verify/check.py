@@ -499,21 +499,6 @@ def programs_for(
         cache_keyword(original) is not None and getattr(original, "get_output_embeddings", lambda: None)() is not None
     )
     layout = audio_layout(original)
-    text = {"input_ids", "decoder_input_ids"} & set(dummy_inputs(original, layout))
-    forward = Program(
-        "forward",
-        tuple(
-            Case(
-                shape_name(shape),
-                shape.batch,
-                shape.text_length,
-                0,
-                partial(dummy_inputs, original, layout, shape),
-                optional=shape in FORWARD_EDGE_SHAPES,
-            )
-            for shape in FORWARD_SHAPES + (FORWARD_EDGE_SHAPES if text else ())
-        ),
-    )
     if is_lm and not getattr(original.config, "is_encoder_decoder", False):
         vocab_size = vocab(original.config)  # a multimodal LM's is its text config's
         return [
@@ -523,17 +508,27 @@ def programs_for(
     if is_lm and "encoder_outputs" in parameters:
         # its forward starts a generation: with `use_cache=True`, as generate() calls it (a config may default to
         # False: pix2struct's forward then returns no cache, and no decode step could follow it)
-        forward = Program(
-            "forward",
-            tuple(Case(c.name, c.batch, c.new_tokens, 0, partial(caching, c.inputs), c.optional) for c in forward.cases),
-        )
         return [
             Program(
                 "decode", tuple(seq2seq_case(cache_model or original, layout, case) for case in SEQ2SEQ_DECODE_CASES)
             ),
-            forward,
+            forward_program(original, layout, caching=True),
         ]
-    return [forward]
+    return [forward_program(original, layout)]
+
+
+def forward_program(original: torch.nn.Module, layout: int, caching: bool = False) -> Program:
+    """The "forward" program over FORWARD_SHAPES, and FORWARD_EDGE_SHAPES for a model that takes text; with
+    `caching`, its inputs ask for the cache (`use_cache=True`)."""
+    text = {"input_ids", "decoder_input_ids"} & set(dummy_inputs(original, layout))
+    cases = []
+    for shape in FORWARD_SHAPES + (FORWARD_EDGE_SHAPES if text else ()):
+        inputs = partial(dummy_inputs, original, layout, shape)
+        if caching:
+            inputs = partial(with_cache, inputs)
+        optional = shape in FORWARD_EDGE_SHAPES
+        cases.append(Case(shape_name(shape), shape.batch, shape.text_length, 0, inputs, optional))
+    return Program("forward", tuple(cases))
 
 
 def in_range(programs: list[Program], references: dict) -> list[Program]:
@@ -541,7 +536,7 @@ def in_range(programs: list[Program], references: dict) -> list[Program]:
     return [Program(p.name, tuple(c for c in p.cases if (p.name, c.name) in references)) for p in programs]
 
 
-def caching(inputs: Callable[[], dict]) -> dict:
+def with_cache(inputs: Callable[[], dict]) -> dict:
     """A forward's inputs with `use_cache=True`."""
     return {**inputs(), "use_cache": True}
 
