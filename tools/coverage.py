@@ -261,7 +261,8 @@ def markdown(data: dict, model_seconds: dict[str, float]) -> str:
     lines.append(
         f"- **{GREEDY}**: {data['ok'][GREEDY]} of the {len(looped)} decoder and encoder-decoder LMs whose generated"
         " programs verify give generate()'s tokens in greedy loops driven only by the programs (prompts of 1, 2 and 12"
-        " tokens, batch 1 and 2, 16 new tokens; a failure here fails the generated column too)"
+        " tokens, or an encoder's seeded audio or images, at batch 1 and 2, 16 new tokens; a failure here fails the"
+        " generated column too)"
     )
     moved_since = data.get("since")
     if moved_since:
