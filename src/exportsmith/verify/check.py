@@ -14,11 +14,13 @@ Programs: a causal LM whose forward takes a cache (`cache`, or `past_key_values`
 (a cache built by the subject, the original or its copy, on a seeded prefix) and prefill (no cache), at the cases of
 `inputs.py`; an encoder-decoder LM gets decode (encoder outputs and an `EncoderDecoderCache` built the same way) and
 forward;
-every other model gets one, "forward", at the `FORWARD_SHAPES` of dummy inputs (`tasks.dummy_inputs`). The first
+every other model gets one, "forward", at the `FORWARD_SHAPES` of dummy inputs (`tasks.dummy_inputs`), and at 1 and 2
+tokens when it takes text (`FORWARD_EDGE_SHAPES`, left out where the original refuses them in eager). The first
 case of a program is its export example (sizes >= 2, its tensors made contiguous); a dim whose size differs between
 the program's cases is exported dynamic, every other dim static. Each program is exported in each of the dynamic-shape
 styles users write (`DIM_STYLES`: named `Dim`s with min 1 for the batch and the new tokens, `Dim.DYNAMIC`,
-`Dim.AUTO`), and each export is run at every case: a failure names the style when it is not the primary one.
+`Dim.AUTO`), and each export is run at every case: a failure names the style when it is not the primary one. A case
+matches when its max |diff| to eager is within rounding (`tolerance.allowed`: relative to the outputs' magnitude).
 
 Stages, and the failure kind each reports (the first failing stage ends the check; nothing raises):
 refused (the tiny model would exceed the memory budget); build; eager (the original cannot run its own inputs); eager-mismatch (the generated copy is not bit-identical);
