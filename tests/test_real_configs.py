@@ -2,6 +2,7 @@
 verified end to end through `exportsmith verify --config` (the two smallest here; `tools/real_configs.py` runs all)."""
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -9,6 +10,8 @@ from typer.testing import CliRunner
 from exportsmith.cli import app
 from exportsmith.verify.real import CONFIG_DIR, DEFAULT_LAYERS, LAYERS, real_config, real_config_names
 from exportsmith.verify.real import sliding_window, window_cases
+
+ROOT_TOOLS = Path(__file__).parents[1] / "tools"
 
 # The popular checkpoints the set must hold (issue: at least 10)
 CHECKPOINTS = {
@@ -120,3 +123,16 @@ def test_verify_config_refuses_a_file_that_is_not_a_config(tmp_path):
     result = run("verify", "--config", str(path))
     assert result.exit_code == 2
     assert result.stderr.strip() == f"error: {path}: not a transformers config (no model_type)"
+
+
+def test_a_checkpoint_over_the_memory_budget_runs_only_when_named_and_the_table_says_why():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("real_configs_tool", ROOT_TOOLS / "real_configs.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    names = real_config_names()
+    assert "mistralai--Mixtral-8x7B-v0.1" in names
+    assert tool.within_budget(names) == [name for name in names if name != "mistralai--Mixtral-8x7B-v0.1"]
+    row = next(line for line in tool.markdown({}, names).splitlines() if "Mixtral" in line)
+    assert "not run: one float32 layer is 6.9 GB" in row and "over the 8 GB budget" in row

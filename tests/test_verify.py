@@ -108,13 +108,13 @@ def test_dynamic_shapes_like_leaves_unregistered_objects_static():
     assert dynamic_shapes_like(Pair(torch.zeros(1), 1, "x"), lambda tensor: {0: None}) is None
 
 
-def install_package(monkeypatch, name: str, causal_lm_class: type) -> str:
-    """Put `<name>.llama.modeling_llama` with `causal_lm_class` as its LlamaForCausalLM in sys.modules."""
-    modeling = types.ModuleType(f"{name}.llama.modeling_llama")
-    modeling.LlamaForCausalLM = causal_lm_class
+def install_package(monkeypatch, name: str, model_class: type, module: str = "llama") -> str:
+    """Put `<name>.<module>.modeling_<module>` with `model_class` under its class name in sys.modules."""
+    modeling = types.ModuleType(f"{name}.{module}.modeling_{module}")
+    setattr(modeling, model_class.__name__, model_class)
     monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, f"{name}.llama", types.ModuleType(f"{name}.llama"))
-    monkeypatch.setitem(sys.modules, f"{name}.llama.modeling_llama", modeling)
+    monkeypatch.setitem(sys.modules, f"{name}.{module}", types.ModuleType(f"{name}.{module}"))
+    monkeypatch.setitem(sys.modules, f"{name}.{module}.modeling_{module}", modeling)
     return name
 
 
@@ -653,16 +653,6 @@ def test_a_text_models_forward_program_runs_at_one_and_two_tokens_and_a_vision_m
     assert not any(case.optional for program in programs_for(vit) for case in program.cases)
 
 
-def install_bert(monkeypatch, name: str, masked_lm_class: type) -> str:
-    """Put `<name>.bert.modeling_bert` with `masked_lm_class` as its BertForMaskedLM in sys.modules."""
-    modeling = types.ModuleType(f"{name}.bert.modeling_bert")
-    modeling.BertForMaskedLM = masked_lm_class
-    monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, f"{name}.bert", types.ModuleType(f"{name}.bert"))
-    monkeypatch.setitem(sys.modules, f"{name}.bert.modeling_bert", modeling)
-    return name
-
-
 def test_a_one_token_input_that_the_trace_took_for_longer_is_a_silent_specialisation(monkeypatch):
     class BertForMaskedLM(transformers.BertForMaskedLM):
         """The same results as bert's in eager; the trace (at 2+ tokens) takes the 2+ token arm, with no guard, and
@@ -674,7 +664,7 @@ def test_a_one_token_input_that_the_trace_took_for_longer_is_a_silent_specialisa
                 out.logits = out.logits * (torch.arange(input_ids.shape[1]) >= 1).any()
             return out
 
-    result = verify_model("bert", install_bert(monkeypatch, "longer_bert", BertForMaskedLM))
+    result = verify_model("bert", install_package(monkeypatch, "longer_bert", BertForMaskedLM, "bert"))
     assert result.eager_identical and result.failure == "silent-specialisation", result.summary
     wrong = {record.name for record in result.cases if record.wrong}
     assert wrong == {"batch1-text1"}
@@ -711,3 +701,17 @@ def test_the_tolerance_is_rounding_relative_to_the_outputs_magnitude():
     at_real_width = CaseRecord("decode", "window-crossed", 1, 1, 4101, 1.51e-5, tolerance=allowed([torch.tensor([5.4])]))
     at_tiny_width = CaseRecord("decode", "window-crossed", 1, 1, 14, 1.51e-5, tolerance=allowed([torch.tensor([1.0])]))
     assert not at_real_width.wrong and at_tiny_width.wrong
+
+
+def test_an_lms_programs_build_no_forward_inputs(monkeypatch):
+    # an LM is checked through its decode and prefill programs: inputs of a forward program it does not have must not
+    # be built (a model whose dummy inputs cannot be built would fail for them)
+    from exportsmith.verify import check
+
+    llama, _ = check.build_pair("llama", None)
+
+    def no_dummy_inputs(*args, **kwargs):
+        raise ValueError("no dummy inputs")
+
+    monkeypatch.setattr(check, "dummy_inputs", no_dummy_inputs)
+    assert [program.name for program in check.programs_for(llama)] == ["decode", "prefill"]

@@ -44,6 +44,11 @@ def generate(package: Path, model_types: list[str]) -> None:
     subprocess.run(command, check=True)
 
 
+def within_budget(names: list[str]) -> list[str]:
+    """The checkpoints a run without `--names` runs: all but those OVER_BUDGET."""
+    return [name for name in names if name not in OVER_BUDGET]
+
+
 def markdown(records: dict[str, dict], names: list[str]) -> str:
     lines = [
         "# Real configurations",
@@ -102,7 +107,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1)
     args = parser.parse_args()
     names = real_config_names()
-    selected = args.names or [name for name in names if name not in OVER_BUDGET]
+    selected = args.names or within_budget(names)
     unknown = sorted(set(selected) - set(names))
     if unknown:
         print(f"error: unknown real config(s) {', '.join(unknown)}; one of: {', '.join(names)}", file=sys.stderr)

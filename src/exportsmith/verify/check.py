@@ -334,26 +334,32 @@ def check_programs(
         return result.fail("save-load", first_line(error))
     if not diff <= allowed(output_tensors(references[program.name, case.name])):
         return result.fail("save-load", f"loaded {program.name} program at {case.name}: max|diff|={diff:.3g}")
-    names = {program.name for program in programs}
-    if names in ({"decode", "prefill"}, {"decode", "forward"}):  # a decoder LM, an encoder-decoder LM
-        first = "prefill" if "prefill" in names else "forward"
-        runnables = {name: runnable_of(exported[name, styles[0]]) for name in names}
-        reference_model = model if original is None else original
-        loops = greedy_loops(
-            reference_model,
-            runnables[first],
-            runnables["decode"],
-            encoder_decoder=first == "forward",
-            vocab_size=vocab(model.config),
-            tolerance=ATOL,
-            encoder_inputs=media_encoder_inputs(reference_model) if first == "forward" else None,
-        )
-        result.greedy = [asdict(loop) for loop in loops]
-        failed = [loop for loop in loops if not loop.ok]
-        if failed:
-            return result.fail("greedy-mismatch", "; ".join(loop.describe() for loop in failed))
+    runnables = {program.name: runnable_of(exported[program.name, styles[0]]) for program in programs}
+    loops = lm_greedy_loops(model if original is None else original, runnables, ATOL)
+    result.greedy = [asdict(loop) for loop in loops]
+    failed = [loop for loop in loops if not loop.ok]
+    if failed:
+        return result.fail("greedy-mismatch", "; ".join(loop.describe() for loop in failed))
     result.ok = True
     return result
+
+
+def lm_greedy_loops(original: torch.nn.Module, runnables: dict[str, Callable], tolerance: float) -> list:
+    """The greedy loops (greedy.GreedyRecord) of a decoder LM's prefill and decode, or an encoder-decoder LM's forward
+    and decode, driven by `runnables` (program name -> callable) against `original`'s generate; none for other
+    models."""
+    if set(runnables) not in ({"decode", "prefill"}, {"decode", "forward"}):
+        return []
+    first = "prefill" if "prefill" in runnables else "forward"
+    return greedy_loops(
+        original,
+        runnables[first],
+        runnables["decode"],
+        encoder_decoder=first == "forward",
+        vocab_size=vocab(original.config),
+        tolerance=tolerance,
+        encoder_inputs=media_encoder_inputs(original) if first == "forward" else None,
+    )
 
 
 def media_encoder_inputs(model: torch.nn.Module) -> Callable[[int], dict] | None:

@@ -39,15 +39,13 @@ from exportsmith.verify.check import (
     Program,
     build_pair,
     in_range,
-    media_encoder_inputs,
+    lm_greedy_loops,
     programs_for,
     run,
     tensor_diff,
     varying_dims,
 )
 from exportsmith.verify.errors import first_line
-from exportsmith.verify.greedy import greedy_loops
-from exportsmith.verify.tasks import vocab
 from exportsmith.verify.shapes import with_named_inputs
 
 ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime")
@@ -168,21 +166,11 @@ def verify_onnx(model_type: str, package: str = "generated") -> OnnxResult:
     ort_errors = session_errors + [f"{r.program} {r.name}: {r.error}" for r in result.cases if r.error is not None]
     if ort_errors:
         return result.fail("ort-error", "; ".join(ort_errors))
-    if set(sessions) in ({"decode", "prefill"}, {"decode", "forward"}):  # a decoder LM, an encoder-decoder LM
-        first = "prefill" if "prefill" in sessions else "forward"
-        loops = greedy_loops(
-            original,
-            sessions[first],
-            sessions["decode"],
-            encoder_decoder=first == "forward",
-            vocab_size=vocab(original.config),
-            tolerance=ONNX_MAX_ABS_DIFF,
-            encoder_inputs=media_encoder_inputs(original) if first == "forward" else None,
-        )
-        result.greedy = [asdict(loop) for loop in loops]
-        failed = [loop for loop in loops if not loop.ok]
-        if failed:
-            return result.fail("greedy-mismatch", "; ".join(loop.describe() for loop in failed))
+    loops = lm_greedy_loops(original, sessions, ONNX_MAX_ABS_DIFF)
+    result.greedy = [asdict(loop) for loop in loops]
+    failed = [loop for loop in loops if not loop.ok]
+    if failed:
+        return result.fail("greedy-mismatch", "; ".join(loop.describe() for loop in failed))
     result.ok = True
     return result
 
