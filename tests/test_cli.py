@@ -236,3 +236,14 @@ def test_a_model_the_codemods_leave_unchanged_has_no_empty_patch(tmp_path):
     assert not (out / "llama" / "upstream.patch").exists()
     patch = out / "wav2vec2" / "upstream.patch"
     assert patch.read_text().startswith("diff --git a/src/transformers/models/wav2vec2/")
+
+
+def test_runtime_checks_are_refused_where_they_would_check_something_else():
+    for args, says in [
+        (("--executorch", "--subject", "original"), "not with --subject or --json"),
+        (("--onnx", "--json", "records.jsonl"), "not with --subject or --json"),
+        (("--executorch", "--config", "openai-community--gpt2"), "check the tiny model: not with --config"),
+    ]:
+        result = run("verify", *([] if "--config" in args else ["llama"]), *args)
+        assert result.exit_code == 2, args
+        assert says in result.stderr and "Traceback" not in result.stderr, args

@@ -279,6 +279,11 @@ def verify(
         False, "--record", help="Write OUT/<model>/VERIFY.json, with the original's export error (for PR texts)."
     ),
     onnx: bool = typer.Option(False, "--onnx", help="Also export with torch.onnx (dynamo) and compare in onnxruntime."),
+    executorch: bool = typer.Option(
+        False,
+        "--executorch",
+        help="Also lower to ExecuTorch (XNNPACK) and compare in the ExecuTorch runtime (the `executorch` extra).",
+    ),
     config_path: str = typer.Option(
         None,
         "--config",
@@ -297,6 +302,8 @@ def verify(
         raise _fail(f"unknown subject {subject!r}; one of: {', '.join(SUBJECTS)}")
     config = None
     if config_path is not None:
+        if onnx or executorch:
+            raise _fail("--onnx and --executorch check the tiny model: not with --config")
         if models or all_models or json_path is not None or record:
             raise _fail("--config verifies the one model type of the config: no model types, --all, --json or --record")
         config = _real_config(config_path, layers)
@@ -305,8 +312,10 @@ def verify(
         raise _fail("--layers goes with --config")
     if bool(models) == all_models:
         raise _fail("name model types, or pass --all")
-    if (record or onnx) and (subject != "generated" or json_path is not None):
-        raise _fail("--record and --onnx check generated copies in this process: not with --subject or --json")
+    if (record or onnx or executorch) and (subject != "generated" or json_path is not None):
+        raise _fail(
+            "--record, --onnx and --executorch check generated copies one by one: not with --subject or --json"
+        )
     if subject == "generated":
         _package_dir(out)
     if subject == "generated" and not (out / "__init__.py").is_file():
@@ -327,7 +336,7 @@ def verify(
     if json_path is not None:
         failed = _verify_isolated(models, out, subject, json_path, jobs, timeout)
     else:
-        failed = _verify_here(tf, models, out, subject, record, onnx, config)
+        failed = _verify_here(tf, models, out, subject, record, onnx, config, executorch)
     if failed:
         _say(f"{failed} of {len(models)} model(s) failed verification")
         raise typer.Exit(1)
@@ -370,19 +379,29 @@ def _real_config(name_or_path: str, layers: int | None):
 
 
 def _verify_here(
-    tf: Transformers, models: list[str], out: Path, subject: str, record: bool, onnx: bool, config=None
+    tf: Transformers,
+    models: list[str],
+    out: Path,
+    subject: str,
+    record: bool,
+    onnx: bool,
+    config=None,
+    executorch: bool = False,
 ) -> int:
     import torch  # torch is imported only by the commands that need it
 
     from .verify import verify_model
     from .verify.baseline import original_export_error
+    from .verify.executorch_check import MissingExecutorch, require_executorch
     from .verify.onnx_check import MissingOnnxDependencies, require_onnx_packages, verify_onnx
 
-    if onnx:
-        try:
+    try:
+        if onnx:
             require_onnx_packages()
-        except MissingOnnxDependencies as error:
-            raise _fail(str(error)) from None
+        if executorch:
+            require_executorch()
+    except (MissingOnnxDependencies, MissingExecutorch) as error:
+        raise _fail(str(error)) from None
     sys.path.insert(0, str(out.resolve().parent))
     failed = 0
     for index, name in enumerate(models, 1):
@@ -394,6 +413,8 @@ def _verify_here(
             onnx_result = verify_onnx(name, package=out.resolve().name)
             typer.echo(onnx_result.summary)
             ok = ok and onnx_result.ok
+        if executorch:
+            ok = _verify_executorch(name, out) and ok
         failed += not ok
         if record:
             data = {
@@ -405,6 +426,19 @@ def _verify_here(
             path = out / tf.resolve(name).module / "VERIFY.json"
             path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return failed
+
+
+def _verify_executorch(name: str, out: Path) -> bool:
+    """`verify_executorch` in a child process: the ExecuTorch runtime aborts the process on some kernels' failed
+    checks, which is then a `crash` with the signal, not the end of the command."""
+    from functools import partial
+
+    from .verify.isolate import check_executorch, run_isolated
+
+    check = partial(check_executorch, package=out.resolve().name, path=str(out.resolve().parent))
+    record = run_isolated(name, check, timeout=1800.0)
+    typer.echo(record.reason if record.status == "ok" else f"{name}: ExecuTorch FAIL {record.status}: {record.reason}")
+    return record.status == "ok"
 
 
 def main() -> None:

@@ -9,9 +9,10 @@ MemoryError or an allocation failure in the child, or a SIGKILL from the kernel)
 `path` as soon as it is known, skips model types already recorded there (so an interrupted sweep resumes), and
 reports `[i/N] model_type status` on stderr.
 
-Four checks: `check_eager` (build the tiny model and run one forward; `tools/sweep_eager.py` sweeps it),
+Five checks: `check_eager` (build the tiny model and run one forward; `tools/sweep_eager.py` sweeps it),
 `check_export` (`verify_model` of one subject; `exportsmith verify --all` and `tools/coverage.py` sweep it),
-`check_onnx` (`verify_onnx` of the generated copy; `tools/coverage.py` sweeps it) and `check_real` (the generated
+`check_onnx` (`verify_onnx` of the generated copy; `tools/coverage.py` sweeps it), `check_executorch`
+(`verify_executorch` of the generated copy; `exportsmith verify --executorch` runs it) and `check_real` (the generated
 copy at a real checkpoint configuration; `tools/real_configs.py` sweeps it).
 """
 
@@ -32,6 +33,8 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from exportsmith.verify.check import DIM_STYLES, FAILURE_KINDS, verify_model
 from exportsmith.verify.errors import first_line
+from exportsmith.verify.executorch_check import FAILURE_KINDS as EXECUTORCH_FAILURE_KINDS
+from exportsmith.verify.executorch_check import verify_executorch
 from exportsmith.verify.onnx_check import FAILURE_KINDS as ONNX_FAILURE_KINDS
 from exportsmith.verify.onnx_check import verify_onnx
 from exportsmith.verify.real import real_config
@@ -48,7 +51,9 @@ from exportsmith.verify.tiny import TooLarge, build_tiny_model, parameter_count,
 
 EAGER_STATUSES = ("ok", "refused", "build-error", "eager-error")
 ISOLATION_FAILURES = ("crash", "oom", "timeout")
-STATUSES = tuple(dict.fromkeys(EAGER_STATUSES + FAILURE_KINDS + ONNX_FAILURE_KINDS + ISOLATION_FAILURES))
+STATUSES = tuple(
+    dict.fromkeys(EAGER_STATUSES + FAILURE_KINDS + ONNX_FAILURE_KINDS + EXECUTORCH_FAILURE_KINDS + ISOLATION_FAILURES)
+)
 MEMORY_LIMIT = 6 * 2**30  # bytes of address space per child
 TIMEOUT = 300.0  # seconds per child
 JOBS = 2  # children at a time: one per core
@@ -201,6 +206,18 @@ def check_onnx(model_type: str, package: str, path: str | None = None) -> dict:
     return {
         "status": "ok" if result.ok else result.failure,
         "reason": result.message,
+        "details": {"max_diff": result.max_diff, "cases": len(result.cases)},
+    }
+
+
+def check_executorch(model_type: str, package: str, path: str | None = None) -> dict:
+    """`verify_executorch` of the generated copy, as a record; `path` goes first on sys.path (where `package` lives).
+    In a child: the ExecuTorch runtime aborts the process on some kernels' failed checks (t5)."""
+    _path_first(path)
+    result = verify_executorch(model_type, package)
+    return {
+        "status": "ok" if result.ok else result.failure,
+        "reason": result.message if not result.ok else result.summary,
         "details": {"max_diff": result.max_diff, "cases": len(result.cases)},
     }
 

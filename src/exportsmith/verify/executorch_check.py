@@ -1,0 +1,202 @@
+"""Verify one generated model through ExecuTorch: torch.export, XNNPACK lowering, the ExecuTorch runtime vs eager.
+
+`verify_executorch(model_type, package)` builds the original and the generated model exactly as `check.build_pair`
+does, then for each program of `check.programs_for` (decode with a cache and prefill for a causal LM, else one
+forward):
+
+1. exports the generated copy with torch.export in the named-dims style `verify` saves (`check.varying_dims(program,
+   "named")`), each other varying dim (a cache's length, a mask's) bounded by `BOUND`: ExecuTorch plans the memory of
+   every tensor for its largest size, and a dim without a maximum cannot be planned;
+2. lowers it as ExecuTorch's own recipe for CPU does, `to_edge_transform_and_lower(..., partitioner=
+   [XnnpackPartitioner()])` then `to_executorch()`, with `torch.sym_max` / `torch.sym_min` let through the edge
+   dialect's verifier (`edge_config`: every decode program that pads its mask has one);
+3. loads the program with the ExecuTorch Python runtime (`executorch.runtime.Runtime`) and runs `forward` at every
+   case of the program (shapes other than the traced one: batch 1, 1-token steps on a 1-token cache, ...), and
+   compares every output leaf (logits, cache tensors) with the ORIGINAL model's eager output at that case.
+
+It never raises for a model's failure: a build error, an export or lowering error, a runtime error or a difference
+above `EXECUTORCH_MAX_ABS_DIFF` becomes a failed `ExecutorchResult` (one of `FAILURE_KINDS`, with the first line of the
+error). It refuses to run at all, raising `MissingExecutorch`, when executorch is not installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch.export.graph_signature import ConstantArgument, OutputKind
+from torch.utils import _pytree as pytree
+
+from exportsmith.verify.check import (
+    CaseRecord,
+    Program,
+    build_pair,
+    export_program,
+    in_range,
+    programs_for,
+    varying_dims,
+)
+from exportsmith.verify.errors import first_line
+from exportsmith.verify.onnx_check import OUTPUT_NAMES, max_abs_diff, named_leaves, original_references
+
+INSTALL_HINT = "pip install 'exportsmith[executorch]'"
+
+# XNNPACK's float32 kernels (GEMM, softmax) accumulate in another order than torch's, as ONNX Runtime's do: outputs
+# differ at rounding level; a wrong mask, branch or cache slice moves logits by 1e-2 or more.
+EXECUTORCH_MAX_ABS_DIFF = 1e-4
+
+# The largest size of a dim `verify` leaves `Dim.DYNAMIC` (a cache's length, a mask's): ExecuTorch allocates every
+# tensor at its largest size, so this is a memory budget too (a 128-position cache of the tiny models).
+BOUND = 128
+
+FAILURE_KINDS = ("build", "export-error", "lowering-error", "runtime-error", "mismatch")
+
+
+class MissingExecutorch(ImportError):
+    """executorch is not installed."""
+
+
+@dataclass
+class ExecutorchResult:
+    """The verdict on one model; `failure` is one of FAILURE_KINDS, `message` says where and why."""
+
+    model_type: str
+    ok: bool = False
+    cases: list[CaseRecord] = field(default_factory=list)
+    lowering_seconds: dict[str, float] = field(default_factory=dict)
+    failure: str | None = None
+    message: str = ""
+
+    @property
+    def max_diff(self) -> float | None:
+        diffs = [case.max_diff for case in self.cases if case.max_diff is not None]
+        return max(diffs) if diffs else None
+
+    @property
+    def summary(self) -> str:
+        if not self.ok:
+            return f"{self.model_type}: ExecuTorch FAIL {self.failure}: {self.message}"
+        seconds = ", ".join(f"{program} {s:.1f}s" for program, s in self.lowering_seconds.items())
+        return f"{self.model_type}: ExecuTorch ok max|diff|={self.max_diff:.3g} ({seconds})"
+
+    def fail(self, kind: str, message: str) -> ExecutorchResult:
+        if kind not in FAILURE_KINDS:
+            raise ValueError(f"unknown failure kind {kind!r}")
+        self.ok, self.failure, self.message = False, kind, message
+        return self
+
+
+def require_executorch() -> None:
+    """Raise MissingExecutorch, naming the extra to install, unless executorch can be imported."""
+    if importlib.util.find_spec("executorch") is None:
+        raise MissingExecutorch(f"ExecuTorch verification needs executorch: {INSTALL_HINT}")
+
+
+def verify_executorch(model_type: str, package: str = "generated") -> ExecutorchResult:
+    """Verify `<package>.<module>`'s model class of `model_type` through ExecuTorch; raises only if it is missing."""
+    require_executorch()
+    result = ExecutorchResult(model_type)
+    try:
+        original, generated = build_pair(model_type, package)
+        references = original_references(original, programs_for(original))
+        # the same cases, with the generated copy's own cache (its layer classes are its own), as `verify` does
+        programs = in_range(programs_for(original, cache_model=generated), references)
+    except Exception as error:
+        return result.fail("build", first_line(error))
+
+    for program in programs:
+        try:
+            exported = export_program(generated, program.cases[0].inputs(), bounded_dims(program))
+        except Exception as error:
+            return result.fail("export-error", f"{program.name}: {first_line(error)}")
+        try:
+            started = time.perf_counter()
+            method = EtProgram(exported)
+            result.lowering_seconds[program.name] = time.perf_counter() - started
+        except Exception as error:
+            return result.fail("lowering-error", f"{program.name}: {first_line(error)}")
+        for case in program.cases:
+            record = CaseRecord(program.name, case.name, case.batch, case.new_tokens, case.past)
+            try:
+                actual = named_leaves(method(**case.inputs()), OUTPUT_NAMES)
+            except Exception as error:
+                record.error = first_line(error)
+            else:
+                record.max_diff = max_abs_diff(references[program.name, case.name], actual)
+            result.cases.append(record)
+
+    # A wrong result is worse than a refused input: report mismatches first.
+    mismatched = [r for r in result.cases if r.max_diff is not None and not r.max_diff <= EXECUTORCH_MAX_ABS_DIFF]
+    if mismatched:
+        return result.fail(
+            "mismatch", "; ".join(f"{r.program} {r.name}: max|diff|={r.max_diff:.3g}" for r in mismatched)
+        )
+    errors = [f"{r.program} {r.name}: {r.error}" for r in result.cases if r.error is not None]
+    if errors:
+        return result.fail("runtime-error", "; ".join(errors))
+    result.ok = True
+    return result
+
+
+def bounded_dims(program: Program) -> dict:
+    """`verify`'s named dims for `program`, each `Dim.DYNAMIC` given the maximum `BOUND` (ExecuTorch needs one)."""
+    dynamic = torch.export.Dim.DYNAMIC
+
+    def tensor_dims(spec) -> bool:  # a tensor's {dim: Dim} (the other leaves: None, Dim.AUTO for ints)
+        return isinstance(spec, dict) and all(isinstance(dim, int) for dim in spec)
+
+    def bound(spec):
+        if tensor_dims(spec):
+            return {dim: dynamic(max=BOUND) if value is dynamic else value for dim, value in spec.items()}
+        return spec
+
+    shapes = varying_dims(program, "named")
+    return {name: pytree.tree_map(bound, value, is_leaf=tensor_dims) for name, value in shapes.items()}
+
+
+def edge_config():
+    """The edge dialect's config: its verifier refuses any Python function in the graph, and every decode program that
+    pads its mask has `torch.sym_max` (or `torch.sym_min`); `to_executorch` maps both to ExecuTorch's prim ops
+    itself, so they are let through as exceptions. (Mapping them to the prim ops before `to_edge` lowers, but the
+    runtime then sizes `x[:, :max(n, 4)]` as `n`: a wrong result, not an error.)"""
+    from executorch.exir import EdgeCompileConfig
+
+    return EdgeCompileConfig(_core_aten_ops_exception_list=[torch.sym_max, torch.sym_min])
+
+
+class EtProgram:
+    """An exported program lowered to ExecuTorch (XNNPACK) and loaded in the ExecuTorch runtime, called as the
+    program is: keyword inputs (a cache object among them) in, flattened with the program's input tree spec (the
+    runtime takes every leaf, the ones the program holds as constants too), and the model's output rebuilt from the
+    runtime's flat outputs with the program's output tree spec (leaves it returns as constants come from the spec)."""
+
+    def __init__(self, exported: torch.export.ExportedProgram):
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        from executorch.exir import to_edge_transform_and_lower
+        from executorch.runtime import Runtime
+
+        signature = exported.graph_signature
+        self.in_spec, self.out_spec = exported.call_spec.in_spec, exported.call_spec.out_spec
+        outputs = [s for s in signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
+        self.constant_outputs = {i: s.arg.value for i, s in enumerate(outputs) if isinstance(s.arg, ConstantArgument)}
+        lowered = to_edge_transform_and_lower(
+            exported, partitioner=[XnnpackPartitioner()], compile_config=edge_config()
+        ).to_executorch()
+        # the runtime reads the program from this buffer, and a method from its program, without owning either
+        self.buffer = lowered.buffer
+        self.program = Runtime.get().load_program(self.buffer)
+        self.method = self.program.load_method("forward")
+
+    def __call__(self, *args, **inputs):
+        leaves, spec = pytree.tree_flatten((args, inputs))
+        if spec != self.in_spec:
+            raise RuntimeError("the inputs do not match the exported program's input tree spec")
+        feed = [leaf.contiguous() if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
+        values = iter(self.method.execute(feed))
+        outputs = [
+            self.constant_outputs[i] if i in self.constant_outputs else next(values)
+            for i in range(self.out_spec.num_leaves)
+        ]
+        return pytree.tree_unflatten(outputs, self.out_spec)
