@@ -10,7 +10,8 @@ forward):
    cannot be planned;
 2. lowers it as ExecuTorch's own recipe for CPU does, `to_edge_transform_and_lower(..., partitioner=
    [XnnpackPartitioner()])` then `to_executorch()`, with `torch.sym_max` / `torch.sym_min` let through the edge
-   dialect's verifier (`edge_config`: every decode program that pads its mask has one);
+   dialect's verifier (`edge_config`: every decode program that pads its mask has one), and SDPA on its math kernel
+   in both traces (`onnx_check.one_sdpa_kernel`);
 3. loads the program with the ExecuTorch Python runtime (`executorch.runtime.Runtime`) and runs `forward` at every
    case of the program (shapes other than the traced one: batch 1, 1-token steps on a 1-token cache, ...), and
    compares every output leaf (logits, cache tensors) with the ORIGINAL model's eager output at that case.
@@ -40,7 +41,13 @@ from exportsmith.verify.check import (
     varying_dims,
 )
 from exportsmith.verify.errors import first_line
-from exportsmith.verify.onnx_check import OUTPUT_NAMES, max_abs_diff, named_leaves, original_references
+from exportsmith.verify.onnx_check import (
+    OUTPUT_NAMES,
+    max_abs_diff,
+    named_leaves,
+    one_sdpa_kernel,
+    original_references,
+)
 
 INSTALL_HINT = "pip install 'exportsmith[executorch]'"
 
@@ -110,16 +117,17 @@ def verify_executorch(model_type: str, package: str = "generated") -> Executorch
     generated.requires_grad_(False)
 
     for program in programs:
-        try:
-            exported = export_program(generated, program.cases[0].inputs(), bounded_dims(program))
-        except Exception as error:
-            return result.fail("export-error", f"{program.name}: {first_line(error)}")
-        try:
-            started = time.perf_counter()
-            method = EtProgram(exported)
-            result.lowering_seconds[program.name] = time.perf_counter() - started
-        except Exception as error:
-            return result.fail("lowering-error", f"{program.name}: {first_line(error)}")
+        with one_sdpa_kernel():  # the export and the edge dialect's re-trace must agree on SDPA's output layout
+            try:
+                exported = export_program(generated, program.cases[0].inputs(), bounded_dims(program))
+            except Exception as error:
+                return result.fail("export-error", f"{program.name}: {first_line(error)}")
+            try:
+                started = time.perf_counter()
+                method = EtProgram(exported)
+                result.lowering_seconds[program.name] = time.perf_counter() - started
+            except Exception as error:
+                return result.fail("lowering-error", f"{program.name}: {first_line(error)}")
         for case in program.cases:
             record = CaseRecord(program.name, case.name, case.batch, case.new_tokens, case.past)
             try:

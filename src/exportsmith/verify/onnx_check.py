@@ -239,12 +239,24 @@ def quiet_onnx_registry():
         registry_logger.setLevel(level)
 
 
+def one_sdpa_kernel():
+    """A context in which every trace of an export sees the same SDPA kernel, the math one. On the CPU, SDPA picks
+    flash or math by, among other things, whether its mask requires grad, and the two return different layouts;
+    torch.onnx traces a program three times, with and without grad, so with a mask computed from a parameter (t5's
+    position bias) the traces disagree and a view of the output fails (`Cannot view a tensor`: t5 and about 20 other
+    types, docs/INTEROP.md). ExecuTorch's lowering re-traces the same way (gpt2). Within the program SDPA becomes the
+    same matmuls and softmax either way (llama's ONNX graph: the same ops, a few shape ops fewer)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel(SDPBackend.MATH)
+
+
 def export_onnx(model: torch.nn.Module, example: dict, dynamic_shapes: dict) -> "torch.onnx.ONNXProgram":
     """`model` at `example` through `torch.onnx.export(dynamo=True)`, with check's dynamic dims and the translations
-    of `onnx_translations` (transformers' MoE `grouped_mm_fallback`)."""
+    of `onnx_translations` (transformers' MoE `grouped_mm_fallback`), SDPA on its math kernel (`one_sdpa_kernel`)."""
     from exportsmith.verify.onnx_translations import translation_table  # needs onnxscript: the `onnx` extra
 
-    with quiet_onnx_registry():
+    with quiet_onnx_registry(), one_sdpa_kernel():
         return torch.onnx.export(
             with_named_inputs(model, example),
             (),
