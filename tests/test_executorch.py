@@ -1,6 +1,6 @@
 """The ExecuTorch check: generated copies lowered to XNNPACK and run in the ExecuTorch runtime against the original's
 eager outputs, at the shapes `verify` checks (a decoder LM's decode program with its cache, from a 1-token cache
-on; an encoder's and a vision model's forward at other batch sizes and lengths).
+on, and greedy loops against generate(); an encoder's and a vision model's forward at other batch sizes and lengths).
 
 These need the `executorch` extra; CI runs them in an environment of their own (executorch installs torchao, which
 transformers then imports with every model). Without it, only the refusal to run is tested."""
@@ -41,8 +41,11 @@ def test_generated_copy_runs_in_executorch_and_matches_eager(model_type: str):
     if model_type == "llama":
         # the first decode step of a 1-token prompt, and a 1-token prefill, through the lowered programs
         assert {"first-step", "first-step-batch4", "two-tokens-past1", "prefill-one-token"} <= names
+        # and generate()'s tokens from greedy loops that only the two lowered programs drive (prompts of 1, 2, 12)
+        assert {(loop["batch"], loop["prompt"]) for loop in result.greedy} >= {(1, 1), (2, 12)}
+        assert all(loop["error"] is None and (loop["match"] or loop["tie"]) for loop in result.greedy), result.greedy
     else:
-        assert any(case.batch == 1 for case in result.cases)
+        assert any(case.batch == 1 for case in result.cases) and not result.greedy
     assert all(case.max_diff <= EXECUTORCH_MAX_ABS_DIFF for case in result.cases)
 
 

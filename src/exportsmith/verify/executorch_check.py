@@ -14,7 +14,10 @@ forward):
    in both traces (`onnx_check.one_sdpa_kernel`);
 3. loads the program with the ExecuTorch Python runtime (`executorch.runtime.Runtime`) and runs `forward` at every
    case of the program (shapes other than the traced one: batch 1, 1-token steps on a 1-token cache, ...), and
-   compares every output leaf (logits, cache tensors) with the ORIGINAL model's eager output at that case.
+   compares every output leaf (logits, cache tensors) with the ORIGINAL model's eager output at that case;
+4. for a decoder LM or an encoder-decoder LM, runs `greedy.greedy_loops` with the lowered programs standing for the
+   exported ones (`EtProgram`), against the original's `generate(do_sample=False)`: what a user who deploys the two
+   ExecuTorch programs runs.
 
 It never raises for a model's failure: a build error, an export or lowering error, a runtime error or a difference
 above `EXECUTORCH_MAX_ABS_DIFF` becomes a failed `ExecutorchResult` (one of `FAILURE_KINDS`, with the first line of the
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import importlib.util
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import torch
 from torch.export.graph_signature import ConstantArgument, OutputKind
@@ -37,6 +40,7 @@ from exportsmith.verify.check import (
     build_pair,
     export_program,
     in_range,
+    lm_greedy_loops,
     programs_for,
     varying_dims,
 )
@@ -59,7 +63,7 @@ EXECUTORCH_MAX_ABS_DIFF = 1e-4
 # tensor at its largest size, so this is a memory budget too (a 128-position cache of the tiny models).
 BOUND = 128
 
-FAILURE_KINDS = ("build", "export-error", "lowering-error", "runtime-error", "mismatch")
+FAILURE_KINDS = ("build", "export-error", "lowering-error", "runtime-error", "mismatch", "greedy-mismatch")
 
 
 class MissingExecutorch(ImportError):
@@ -76,6 +80,7 @@ class ExecutorchResult:
     lowering_seconds: dict[str, float] = field(default_factory=dict)
     failure: str | None = None
     message: str = ""
+    greedy: list[dict] = field(default_factory=list)  # an LM's greedy loops through ExecuTorch (greedy.GreedyRecord)
 
     @property
     def max_diff(self) -> float | None:
@@ -87,7 +92,8 @@ class ExecutorchResult:
         if not self.ok:
             return f"{self.model_type}: ExecuTorch FAIL {self.failure}: {self.message}"
         seconds = ", ".join(f"{program} {s:.1f}s" for program, s in self.lowering_seconds.items())
-        return f"{self.model_type}: ExecuTorch ok max|diff|={self.max_diff:.3g} ({seconds})"
+        loops = f", {len(self.greedy)} greedy loops as generate()" if self.greedy else ""
+        return f"{self.model_type}: ExecuTorch ok max|diff|={self.max_diff:.3g} ({seconds}){loops}"
 
     def fail(self, kind: str, message: str) -> ExecutorchResult:
         if kind not in FAILURE_KINDS:
@@ -116,6 +122,7 @@ def verify_executorch(model_type: str, package: str = "generated") -> Executorch
     # Frozen, as a program for inference is lowered (transformers' ExecutorchExporter freezes the model too)
     generated.requires_grad_(False)
 
+    methods = {}
     for program in programs:
         with one_sdpa_kernel():  # the export and the edge dialect's re-trace must agree on SDPA's output layout
             try:
@@ -128,6 +135,7 @@ def verify_executorch(model_type: str, package: str = "generated") -> Executorch
                 result.lowering_seconds[program.name] = time.perf_counter() - started
             except Exception as error:
                 return result.fail("lowering-error", f"{program.name}: {first_line(error)}")
+        methods[program.name] = method
         for case in program.cases:
             record = CaseRecord(program.name, case.name, case.batch, case.new_tokens, case.past)
             try:
@@ -147,6 +155,11 @@ def verify_executorch(model_type: str, package: str = "generated") -> Executorch
     errors = [f"{r.program} {r.name}: {r.error}" for r in result.cases if r.error is not None]
     if errors:
         return result.fail("runtime-error", "; ".join(errors))
+    loops = lm_greedy_loops(original, methods, EXECUTORCH_MAX_ABS_DIFF)
+    result.greedy = [asdict(loop) for loop in loops]
+    failed = [loop for loop in loops if not loop.ok]
+    if failed:
+        return result.fail("greedy-mismatch", "; ".join(loop.describe() for loop in failed))
     result.ok = True
     return result
 
