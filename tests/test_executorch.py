@@ -91,3 +91,21 @@ def test_a_length_padded_to_a_minimum_lowers_and_is_right_on_both_sides(example:
         x = torch.randn(2, length)
         expected = torch.nn.functional.pad(x, (0, max(4 - length, 0))) * 2
         assert torch.equal(program(x), expected), length
+
+
+class _TwoInputs(torch.nn.Module):
+    def forward(self, a, b, scale=2.0):
+        return a * scale - b
+
+
+@needs_executorch
+def test_keyword_inputs_in_another_order_reach_the_inputs_of_their_names():
+    """generate() calls a program with the keywords in its own order: they are fed by name."""
+    from exportsmith.verify.executorch_check import EtProgram
+
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    exported = torch.export.export(_TwoInputs(), (), {"a": a, "b": b, "scale": 2.0}, strict=False)
+    program = EtProgram(exported)
+    assert torch.equal(program(b=b, a=a), a * 2.0 - b)  # the constant `scale` as traced
+    with pytest.raises(RuntimeError, match="hold no b"):
+        program(a=a, c=b)

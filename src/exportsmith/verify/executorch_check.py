@@ -31,7 +31,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 import torch
-from torch.export.graph_signature import ConstantArgument, OutputKind
+from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 from torch.utils import _pytree as pytree
 
 from exportsmith.verify.check import (
@@ -192,9 +192,12 @@ def edge_config():
 
 class EtProgram:
     """An exported program lowered to ExecuTorch (XNNPACK) and loaded in the ExecuTorch runtime, called as the
-    program is: keyword inputs (a cache object among them) in, flattened with the program's input tree spec (the
-    runtime takes every leaf, the ones the program holds as constants too), and the model's output rebuilt from the
-    runtime's flat outputs with the program's output tree spec (leaves it returns as constants come from the spec)."""
+    program is: inputs (a cache object among them) in, and the model's output rebuilt from the runtime's flat outputs
+    with the program's output tree spec out (leaves it returns as constants come from the spec). The runtime takes
+    every user input of the program in order, the ones it holds as constants too: inputs with the program's tree spec
+    go in as they flatten; keyword inputs in another order or with other keys (generate()'s calls) by the names torch
+    gives the program's inputs (`cache.layers.0.keys` is `cache_layers_0_keys`), a constant the call lacks with the
+    value it was traced with."""
 
     def __init__(self, exported: torch.export.ExportedProgram):
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
@@ -203,6 +206,7 @@ class EtProgram:
 
         signature = exported.graph_signature
         self.in_spec, self.out_spec = exported.call_spec.in_spec, exported.call_spec.out_spec
+        self.inputs = [s.arg for s in signature.input_specs if s.kind == InputKind.USER_INPUT]
         outputs = [s for s in signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
         self.constant_outputs = {i: s.arg.value for i, s in enumerate(outputs) if isinstance(s.arg, ConstantArgument)}
         lowered = to_edge_transform_and_lower(
@@ -216,7 +220,9 @@ class EtProgram:
     def __call__(self, *args, **inputs):
         leaves, spec = pytree.tree_flatten((args, inputs))
         if spec != self.in_spec:
-            raise RuntimeError("the inputs do not match the exported program's input tree spec")
+            if args:
+                raise RuntimeError("positional inputs that do not match the exported program's input tree spec")
+            leaves = self.by_name(inputs)
         feed = [leaf.contiguous() if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
         values = iter(self.method.execute(feed))
         outputs = [
@@ -224,3 +230,16 @@ class EtProgram:
             for i in range(self.out_spec.num_leaves)
         ]
         return pytree.tree_unflatten(outputs, self.out_spec)
+
+    def by_name(self, inputs: dict) -> list:
+        """The program's user inputs, in order, taken from keyword `inputs` by name."""
+        named = {name.replace(".", "_"): leaf for name, leaf in named_leaves(inputs, {}).items()}
+        leaves = []
+        for arg in self.inputs:
+            if arg.name in named:
+                leaves.append(named[arg.name])
+            elif isinstance(arg, ConstantArgument):
+                leaves.append(arg.value)
+            else:
+                raise RuntimeError(f"the inputs hold no {arg.name}, an input of the exported program")
+        return leaves
