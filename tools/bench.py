@@ -293,6 +293,22 @@ def report(generation: dict | None, profile: str | None, eager: dict, cond: list
     return "\n".join(lines) + "\n"
 
 
+# Sections other tools write into BENCHMARKS.md (they need another environment): kept as they are
+KEPT_SECTIONS = ("## Deployed decode step",)  # tools/bench_runtimes.py, with the executorch extra
+
+
+def kept_sections(path: Path) -> str:
+    """The KEPT_SECTIONS of the current BENCHMARKS.md, each up to the next section, to append to the new report."""
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    kept = []
+    for header in KEPT_SECTIONS:
+        start = text.find(header)
+        if start >= 0:
+            end = text.find("\n## ", start + len(header))
+            kept.append(text[start : end + 1 if end >= 0 else len(text)])
+    return "".join("\n" + section for section in kept)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-generation", action="store_true")
@@ -316,7 +332,7 @@ def main() -> None:
             }
             for model in EXPORT_MODELS
         }
-    text = report(generation, profile, eager, bench_cond_eager(), export)
+    text = report(generation, profile, eager, bench_cond_eager(), export) + kept_sections(args.out)
     args.out.write_text(text)
     sys.stdout.write(text)
 
