@@ -31,6 +31,15 @@ def test_without_executorch_verify_says_which_extra_to_install():
 
 
 @needs_executorch
+def test_verify_runs_the_executorch_check_in_a_child_and_reports_it():
+    run = subprocess.run(
+        [sys.executable, "-m", "exportsmith", "verify", "bert", "--executorch"], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "bert: ExecuTorch ok max|diff|=" in run.stdout
+
+
+@needs_executorch
 @pytest.mark.parametrize("model_type", ["llama", "bert", "vit"])  # a decoder LM, an encoder, a vision model
 def test_generated_copy_runs_in_executorch_and_matches_eager(model_type: str):
     from exportsmith.verify.executorch_check import EXECUTORCH_MAX_ABS_DIFF, verify_executorch
