@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import importlib.util
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
@@ -40,13 +41,13 @@ from exportsmith.verify.check import (
     build_pair,
     export_program,
     in_range,
-    lm_greedy_loops,
     programs_for,
     varying_dims,
 )
 from exportsmith.verify.errors import first_line
 from exportsmith.verify.onnx_check import (
     OUTPUT_NAMES,
+    RuntimeResult,
     max_abs_diff,
     named_leaves,
     one_sdpa_kernel,
@@ -71,35 +72,11 @@ class MissingExecutorch(ImportError):
 
 
 @dataclass
-class ExecutorchResult:
-    """The verdict on one model; `failure` is one of FAILURE_KINDS, `message` says where and why."""
+class ExecutorchResult(RuntimeResult):
+    """`export_seconds`: ExecuTorch's lowering of each exported program."""
 
-    model_type: str
-    ok: bool = False
-    cases: list[CaseRecord] = field(default_factory=list)
-    lowering_seconds: dict[str, float] = field(default_factory=dict)
-    failure: str | None = None
-    message: str = ""
-    greedy: list[dict] = field(default_factory=list)  # an LM's greedy loops through ExecuTorch (greedy.GreedyRecord)
-
-    @property
-    def max_diff(self) -> float | None:
-        diffs = [case.max_diff for case in self.cases if case.max_diff is not None]
-        return max(diffs) if diffs else None
-
-    @property
-    def summary(self) -> str:
-        if not self.ok:
-            return f"{self.model_type}: ExecuTorch FAIL {self.failure}: {self.message}"
-        seconds = ", ".join(f"{program} {s:.1f}s" for program, s in self.lowering_seconds.items())
-        loops = f", {len(self.greedy)} greedy loops as generate()" if self.greedy else ""
-        return f"{self.model_type}: ExecuTorch ok max|diff|={self.max_diff:.3g} ({seconds}){loops}"
-
-    def fail(self, kind: str, message: str) -> ExecutorchResult:
-        if kind not in FAILURE_KINDS:
-            raise ValueError(f"unknown failure kind {kind!r}")
-        self.ok, self.failure, self.message = False, kind, message
-        return self
+    runtime: ClassVar[str] = "ExecuTorch"
+    kinds: ClassVar[tuple[str, ...]] = FAILURE_KINDS
 
 
 def require_executorch() -> None:
@@ -132,7 +109,7 @@ def verify_executorch(model_type: str, package: str = "generated") -> Executorch
             try:
                 started = time.perf_counter()
                 method = EtProgram(exported)
-                result.lowering_seconds[program.name] = time.perf_counter() - started
+                result.export_seconds[program.name] = time.perf_counter() - started
             except Exception as error:
                 return result.fail("lowering-error", f"{program.name}: {first_line(error)}")
         methods[program.name] = method
@@ -146,22 +123,7 @@ def verify_executorch(model_type: str, package: str = "generated") -> Executorch
                 record.max_diff = max_abs_diff(references[program.name, case.name], actual)
             result.cases.append(record)
 
-    # A wrong result is worse than a refused input: report mismatches first.
-    mismatched = [r for r in result.cases if r.max_diff is not None and not r.max_diff <= EXECUTORCH_MAX_ABS_DIFF]
-    if mismatched:
-        return result.fail(
-            "mismatch", "; ".join(f"{r.program} {r.name}: max|diff|={r.max_diff:.3g}" for r in mismatched)
-        )
-    errors = [f"{r.program} {r.name}: {r.error}" for r in result.cases if r.error is not None]
-    if errors:
-        return result.fail("runtime-error", "; ".join(errors))
-    loops = lm_greedy_loops(original, methods, EXECUTORCH_MAX_ABS_DIFF)
-    result.greedy = [asdict(loop) for loop in loops]
-    failed = [loop for loop in loops if not loop.ok]
-    if failed:
-        return result.fail("greedy-mismatch", "; ".join(loop.describe() for loop in failed))
-    result.ok = True
-    return result
+    return result.conclude(original, methods, EXECUTORCH_MAX_ABS_DIFF, "runtime-error")
 
 
 def bounded_dims(program: Program) -> dict:

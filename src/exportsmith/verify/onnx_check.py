@@ -27,6 +27,8 @@ import re
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -75,18 +77,20 @@ class MissingOnnxDependencies(ImportError):
 
 
 @dataclass
-class OnnxResult:
-    """The verdict on one model; `failure` is one of FAILURE_KINDS, `message` says where and why."""
+class RuntimeResult:
+    """The verdict on one model in a runtime (ONNX Runtime here, ExecuTorch in `executorch_check`); `failure` is one
+    of the class's `kinds`, `message` says where and why."""
+
+    runtime: ClassVar[str] = ""
+    kinds: ClassVar[tuple[str, ...]] = ()
 
     model_type: str
     ok: bool = False
     cases: list[CaseRecord] = field(default_factory=list)
-    export_seconds: dict[str, float] = field(default_factory=dict)
-    input_names: dict[str, list[str]] = field(default_factory=dict)
-    output_names: dict[str, list[str]] = field(default_factory=dict)
+    export_seconds: dict[str, float] = field(default_factory=dict)  # by program: the time to build it for the runtime
     failure: str | None = None
     message: str = ""
-    greedy: list[dict] = field(default_factory=list)  # an LM's greedy loops through ORT (greedy.GreedyRecord)
+    greedy: list[dict] = field(default_factory=list)  # an LM's greedy loops in the runtime (greedy.GreedyRecord)
 
     @property
     def max_diff(self) -> float | None:
@@ -96,15 +100,47 @@ class OnnxResult:
     @property
     def summary(self) -> str:
         if not self.ok:
-            return f"{self.model_type}: ONNX FAIL {self.failure}: {self.message}"
+            return f"{self.model_type}: {self.runtime} FAIL {self.failure}: {self.message}"
         seconds = ", ".join(f"{program} {s:.1f}s" for program, s in self.export_seconds.items())
-        return f"{self.model_type}: ONNX ok max|diff|={self.max_diff:.3g} ({seconds})"
+        loops = f", {len(self.greedy)} greedy loops as generate()" if self.greedy else ""
+        return f"{self.model_type}: {self.runtime} ok max|diff|={self.max_diff:.3g} ({seconds}){loops}"
 
-    def fail(self, kind: str, message: str) -> "OnnxResult":
-        if kind not in FAILURE_KINDS:
+    def conclude(
+        self, original, runnables: dict, tolerance: float, error_kind: str, errors: Sequence[str] = ()
+    ) -> "RuntimeResult":
+        """The verdict once every case ran: a mismatch above `tolerance` first (a wrong result is worse than a
+        refused input), then `errors` and the cases' errors as `error_kind`, then an LM's greedy loops driven by
+        `runnables` (program name -> callable); ok otherwise."""
+        mismatched = [r for r in self.cases if r.max_diff is not None and not r.max_diff <= tolerance]
+        if mismatched:
+            return self.fail(
+                "mismatch", "; ".join(f"{r.program} {r.name}: max|diff|={r.max_diff:.3g}" for r in mismatched)
+            )
+        errors = [*errors, *(f"{r.program} {r.name}: {r.error}" for r in self.cases if r.error is not None)]
+        if errors:
+            return self.fail(error_kind, "; ".join(errors))
+        loops = lm_greedy_loops(original, runnables, tolerance)
+        self.greedy = [asdict(loop) for loop in loops]
+        failed = [loop for loop in loops if not loop.ok]
+        if failed:
+            return self.fail("greedy-mismatch", "; ".join(loop.describe() for loop in failed))
+        self.ok = True
+        return self
+
+    def fail(self, kind: str, message: str) -> "RuntimeResult":
+        if kind not in self.kinds:
             raise ValueError(f"unknown failure kind {kind!r}")
         self.ok, self.failure, self.message = False, kind, message
         return self
+
+
+@dataclass
+class OnnxResult(RuntimeResult):
+    runtime: ClassVar[str] = "ONNX"
+    kinds: ClassVar[tuple[str, ...]] = FAILURE_KINDS
+
+    input_names: dict[str, list[str]] = field(default_factory=dict)
+    output_names: dict[str, list[str]] = field(default_factory=dict)
 
 
 def require_onnx_packages() -> None:
@@ -157,22 +193,7 @@ def verify_onnx(model_type: str, package: str = "generated") -> OnnxResult:
 
     if export_errors:
         return result.fail("onnx-export-error", "; ".join(export_errors))
-    # A wrong result is worse than a refused input: report mismatches first.
-    mismatched = [r for r in result.cases if r.max_diff is not None and not r.max_diff <= ONNX_MAX_ABS_DIFF]
-    if mismatched:
-        return result.fail(
-            "mismatch", "; ".join(f"{r.program} {r.name}: max|diff|={r.max_diff:.3g}" for r in mismatched)
-        )
-    ort_errors = session_errors + [f"{r.program} {r.name}: {r.error}" for r in result.cases if r.error is not None]
-    if ort_errors:
-        return result.fail("ort-error", "; ".join(ort_errors))
-    loops = lm_greedy_loops(original, sessions, ONNX_MAX_ABS_DIFF)
-    result.greedy = [asdict(loop) for loop in loops]
-    failed = [loop for loop in loops if not loop.ok]
-    if failed:
-        return result.fail("greedy-mismatch", "; ".join(loop.describe() for loop in failed))
-    result.ok = True
-    return result
+    return result.conclude(original, sessions, ONNX_MAX_ABS_DIFF, "ort-error", session_errors)
 
 
 class OrtProgram:
