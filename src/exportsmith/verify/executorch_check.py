@@ -4,10 +4,9 @@
 does, then for each program of `check.programs_for` (decode with a cache and prefill for a causal LM, else one
 forward):
 
-1. exports the generated copy, its parameters frozen as for inference, with torch.export in the named-dims style
-   `verify` saves (`check.varying_dims(program, "named")`), each other varying dim (a cache's length, a mask's)
-   bounded by `BOUND`: ExecuTorch plans the memory of every tensor for its largest size, and a dim without a maximum
-   cannot be planned;
+1. exports the generated copy with torch.export in the named-dims style `verify` saves (`check.varying_dims(program,
+   "named")`), each other varying dim (a cache's length, a mask's) bounded by `BOUND`: ExecuTorch plans the memory of
+   every tensor for its largest size, and a dim without a maximum cannot be planned;
 2. lowers it as ExecuTorch's own recipe for CPU does, `to_edge_transform_and_lower(..., partitioner=
    [XnnpackPartitioner()])` then `to_executorch()`, with `torch.sym_max` / `torch.sym_min` let through the edge
    dialect's verifier (`edge_config`: every decode program that pads its mask has one), and SDPA on its math kernel
@@ -96,8 +95,6 @@ def verify_executorch(model_type: str, package: str = "generated") -> Executorch
         programs = in_range(programs_for(original, cache_model=generated), references)
     except Exception as error:
         return result.fail("build", first_line(error))
-    # Frozen, as a program for inference is lowered (transformers' ExecutorchExporter freezes the model too)
-    generated.requires_grad_(False)
 
     methods = {}
     for program in programs:
