@@ -87,6 +87,18 @@ class Codemod(LibcstCodemod):
         findings.append(Finding(self.context.filename or "<string>", line, self.NAME, kind, construct, reason))
 
 
+def formatted_block(statements: list[cst.BaseStatement], depth: int, indent: int) -> cst.IndentedBlock:
+    """`statements` as a block, formatted by black as they would be `depth` levels deep."""
+    import black  # only when there is something to emit: importing black costs a tenth of a second
+
+    wrapped = cst.Module(body=[cst.If(test=cst.Name("True"), body=cst.IndentedBlock(body=statements))]).code
+    line_length = max(LINE_LENGTH - indent * depth + 4, 40)
+    # transformers' targets (Python 3.10+): a call exploded one argument per line ends `**kwargs,` as ruff lays it out
+    mode = black.Mode(line_length=line_length, target_versions={black.TargetVersion.PY310})
+    formatted = black.format_str(wrapped, mode=mode)
+    return cst.parse_module(formatted).body[0].body
+
+
 # `torch.compiler.is_exporting()`: the test of every export twin
 EXPORTING = m.Call(
     func=m.Attribute(value=m.Attribute(value=m.Name("torch"), attr=m.Name("compiler")), attr=m.Name("is_exporting"))

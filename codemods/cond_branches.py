@@ -82,7 +82,7 @@ from typing import NamedTuple
 import libcst as cst
 import libcst.matchers as m
 
-from .base import LINE_LENGTH, Codemod
+from .base import Codemod, formatted_block
 from ._statement_codes import NodeLineState
 from ._bindings import Binding, bound_anywhere, bound_at, parameter_names, target_names
 from ._walks import child_nodes, nodes_in, statement_children, walk_statements
@@ -1130,7 +1130,7 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
                     "either is false, so they would be the `else` arm of both"
                 )
             statements, _ = self._rewrite(original, whole)
-            formatted = _formatted_block(statements, self.depth, self.indent).body
+            formatted = formatted_block(statements, self.depth, self.indent).body
         except _Refusal as refusal:
             why = self.codemod.site_whys.get((".".join(self.scopes), construct))
             reason = f"early return: {refusal}"
@@ -1173,7 +1173,7 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
                 replacement, shape = self._python_if_with_tensor_elif(original_node, updated_node)
             else:
                 statements, shape = self._rewrite(original_node, updated_node)
-                formatted = _formatted_block(statements, self.depth, self.indent).body
+                formatted = formatted_block(statements, self.depth, self.indent).body
                 first = formatted[0].with_changes(leading_lines=original_node.leading_lines)
                 replacement = cst.FlattenSentinel([first, *formatted[1:]])
         except _Refusal as refusal:
@@ -1192,7 +1192,7 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
             raise _Refusal("a tensor test in a later `elif` of a Python `if` chain: out of scope")
         self.nested_originals[id(inner_original)] = original.orelse
         statements, shape = self._rewrite(inner_original, inner_updated)
-        else_block = _formatted_block(statements, self.depth + 1, self.indent)
+        else_block = formatted_block(statements, self.depth + 1, self.indent)
         if len(else_block.body) == 1 and isinstance(else_block.body[0], cst.If):
             return updated.with_changes(orelse=else_block.body[0]), shape  # stays an `elif` chain
         return updated.with_changes(orelse=cst.Else(body=else_block)), shape
@@ -1517,16 +1517,6 @@ def _non_tensor_value(function: cst.FunctionDef, name: str, node: cst.If) -> str
 def _parenthesized(node: cst.BaseExpression) -> cst.BaseExpression:
     """`node` in parentheses, so that its line breaks stay valid wherever it goes (black drops them if redundant)."""
     return cst.parse_expression(f"({_code(node)})")
-
-
-def _formatted_block(statements: list[cst.BaseStatement], depth: int, indent: int) -> cst.IndentedBlock:
-    """`statements` as a block, formatted by black as they would be `depth` levels deep."""
-    import black  # only when there is something to emit: importing black costs a tenth of a second
-
-    wrapped = cst.Module(body=[cst.If(test=cst.Name("True"), body=cst.IndentedBlock(body=statements))]).code
-    line_length = max(LINE_LENGTH - indent * depth + 4, 40)
-    formatted = black.format_str(wrapped, mode=black.Mode(line_length=line_length))
-    return cst.parse_module(formatted).body[0].body
 
 
 def _visit_candidates(
