@@ -1,0 +1,202 @@
+"""segment-attention at run time, and over every site `exportsmith generate --all` rewrites.
+
+1. The fixture's packed attentions (`fixtures/segment_attention/packed_attention.in.py`, both forms, sdpa and eager
+   attention): eager is bit-identical to the original; the export arm, run in eager (`torch.compiler.is_exporting()`
+   patched to True), matches the original within rounding (`tolerance.allowed`) for one segment, several, an empty
+   one and one position each.
+2. The original does not export (the split's sizes are data-dependent); the rewritten module exports once and the
+   program matches the original for other numbers of segments of other lengths, and rejects lengths that do not
+   cover the sequence (as `torch.split` does in eager).
+3. The refusals are reported with their reasons.
+4. Every site the codemods rewrite in the installed transformers' modeling and modular files: both arms of the
+   twin, run on the same queries, keys and values with transformers' sdpa and eager attention, agree within
+   rounding (where the original runs: transformers' sdpa fails on an empty segment).
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+from unittest import mock
+
+import libcst as cst
+import pytest
+import torch
+from torch.export import Dim
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.models.qwen2_vl.modeling_qwen2_vl import eager_attention_forward
+
+from codemods.base import EXPORTING
+from codemods.segment_attention import SegmentAttention
+from exportsmith.discover import find_transformers
+from exportsmith.pipeline import run_codemods
+from exportsmith.verify.tolerance import allowed
+from source_modules import model_pair
+
+FIXTURES = Path(__file__).parent / "fixtures" / "segment_attention"
+DIM, HEADS = 16, 2
+# segment lengths: one, several, an empty one, one position each
+LAYOUTS = [[9], [3, 7, 1], [4, 0, 6], [1, 1, 1, 1], [2, 5]]
+
+
+def _change(case: str):
+    source = (FIXTURES / f"{case}.in.py").read_text()
+    return run_codemods(source, f"{case}.py", "transformers.models.toy.modeling_toy", codemods=(SegmentAttention,))
+
+
+def _inputs(lengths: list[int], seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    cu_seqlens = torch.tensor([0, *lengths]).cumsum(0).to(torch.int32)
+    hidden = torch.randn(sum(lengths), DIM, generator=torch.Generator().manual_seed(seed))
+    return hidden, cu_seqlens
+
+
+def _pair(model_class: str, implementation: str):
+    change = _change("packed_attention")
+    assert change.applied == ("segment-attention",)
+    original, rewritten = model_pair(change, model_class, f"segments_{model_class}_{implementation}")
+    original.implementation = rewritten.implementation = implementation
+    return original, rewritten
+
+
+@pytest.mark.parametrize("implementation", ["sdpa", "eager"])
+@pytest.mark.parametrize("model_class", ["PackedAttention", "InlineAttention"])
+def test_eager_is_unchanged_and_the_export_arm_matches_it(model_class: str, implementation: str):
+    original, rewritten = _pair(model_class, implementation)
+    for seed, lengths in enumerate(LAYOUTS):
+        hidden, cu_seqlens = _inputs(lengths, seed)
+        with torch.no_grad():
+            expected = original(hidden, cu_seqlens)
+            assert torch.equal(rewritten(hidden, cu_seqlens), expected)
+            with mock.patch("torch.compiler.is_exporting", return_value=True):
+                actual = rewritten(hidden, cu_seqlens)
+        assert actual.shape == expected.shape
+        assert (actual - expected).abs().max().item() <= allowed([expected]), lengths
+
+
+def _export(module: torch.nn.Module, lengths: list[int]) -> torch.export.ExportedProgram:
+    shapes = ({0: Dim.DYNAMIC}, {0: Dim.DYNAMIC})
+    with torch.no_grad():
+        return torch.export.export(module, _inputs(lengths), dynamic_shapes=shapes, strict=False)
+
+
+def test_the_original_does_not_export():
+    original, _ = _pair("PackedAttention", "sdpa")
+    with pytest.raises(Exception, match="data-dependent"):
+        _export(original, [3, 5])
+
+
+@pytest.mark.parametrize("model_class", ["PackedAttention", "InlineAttention"])
+def test_one_program_serves_any_number_of_segments_of_any_lengths(model_class: str):
+    original, rewritten = _pair(model_class, "sdpa")
+    program = _export(rewritten, [3, 5]).module()
+    for seed, lengths in enumerate([[7], [2, 2, 2, 2], [1, 6, 3], [4, 0, 6], [3, 5]]):
+        hidden, cu_seqlens = _inputs(lengths, seed)
+        with torch.no_grad():
+            expected = original(hidden, cu_seqlens)
+            actual = program(hidden, cu_seqlens)
+        assert (actual - expected).abs().max().item() <= allowed([expected]), lengths
+
+
+def test_lengths_that_do_not_cover_the_sequence_are_rejected():
+    original, rewritten = _pair("PackedAttention", "sdpa")
+    program = _export(rewritten, [3, 5]).module()
+    hidden, _ = _inputs([3, 5])
+    short = torch.tensor([0, 3, 6], dtype=torch.int32)  # 6 of the 8 positions
+    with pytest.raises(RuntimeError):
+        original(hidden, short)  # torch.split
+    with pytest.raises(RuntimeError):
+        program(hidden, short)
+
+
+def test_refusals_are_reported_with_their_reasons():
+    change = _change("refuse_other_forms")
+    assert not change.changed
+    reasons = {finding.construct: finding.reason for finding in change.findings}
+    assert set(reasons) == {"weights_kept", "mask_passed", "lengths_read_after", "names_taken", "causality_of_the_module"}
+    for construct in ("weights_kept", "mask_passed", "causality_of_the_module"):
+        assert "is_causal=False" in reasons[construct]
+    assert reasons["lengths_read_after"] == "the function reads `lengths` outside the split attention"
+    assert reasons["names_taken"] == "the function already uses `segment_ids`"
+    change = _change("refuse_no_torch_import")
+    assert [finding.reason for finding in change.findings] == ["the module does not `import torch`"]
+
+
+class _Module:
+    """What an attention function and a site's call read of `self`."""
+
+    training = False
+    num_key_value_groups = 1  # as many key and value heads as query heads
+
+    def __getattr__(self, name: str):
+        if "scal" in name:
+            return 0.3
+        if "dropout" in name:
+            return 0.0
+        raise AttributeError(name)
+
+
+def _twins(tree: cst.Module) -> list[cst.If]:
+    """The export twins segment-attention made: `if torch.compiler.is_exporting():` arms that bind `segment_mask`."""
+    found = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_If(self, node: cst.If) -> None:
+            if cst.matchers.matches(node.test, EXPORTING) and "segment_mask = " in cst.Module([node]).code:
+                found.append(node)
+
+    tree.visit(Finder())
+    return found
+
+
+def _run_arm(statements, names: dict) -> dict:
+    code = textwrap.dedent("".join(cst.Module([]).code_for_node(statement) for statement in statements))
+    namespace = dict(names)
+    exec(compile(code, "<arm>", "exec"), namespace)
+    return namespace
+
+
+def _site_names(eager: list[cst.BaseStatement]) -> tuple[str, tuple[str, str, str], str, str]:
+    """(cu_seqlens name, (Q, K, V) names, attention function name, result name) read from the eager arm's text."""
+    code = "".join(cst.Module([]).code_for_node(statement) for statement in eager)
+    cu = re.search(r"= (\w+)\[1:\] - \1\[:-1\]", code).group(1)
+    qkv = re.search(r"for \w+ in \((\w+), (\w+), (\w+)\)", code).groups()
+    function = re.search(r"(\w+)\(\s*[^()]*?\b\w+,\s*\w+,\s*\w+,\s*attention_mask=None", code, re.S).group(1)
+    result = re.findall(r"^(\w+) = torch\.cat\(", code, re.M)[-1]
+    return cu, qkv, function, result
+
+
+def test_every_site_generate_rewrites_gives_the_same_attention_on_both_arms():
+    tf = find_transformers()
+    paths = [
+        path
+        for folder in sorted((tf.root / "models").iterdir())
+        for path in sorted(folder.glob("modeling_*.py")) + sorted(folder.glob("modular_*.py"))
+        if "lengths.tolist()" in path.read_text(encoding="utf-8")
+    ]
+    sites = exercised = 0
+    for path in paths:
+        change = run_codemods(path.read_text(encoding="utf-8"), path.name, tf.module_name(path))
+        rewritten = [f for f in change.findings if f.codemod == SegmentAttention.NAME and f.kind == "rewritten"]
+        twins = _twins(cst.parse_module(change.rewritten))
+        assert len(twins) == len(rewritten), path
+        sites += len(rewritten)
+        for twin in twins:
+            cu, (q, k, v), function, result = _site_names(list(twin.orelse.body.body))
+            for seed, lengths in enumerate(LAYOUTS):
+                generator = torch.Generator().manual_seed(seed)
+                tensors = [torch.randn(1, HEADS, sum(lengths), 8, generator=generator) for _ in range(3)]
+                cu_seqlens = torch.tensor([0, *lengths]).cumsum(0).to(torch.int32)
+                for attention in (sdpa_attention_forward, eager_attention_forward):
+                    names = {"torch": torch, "self": _Module(), "kwargs": {}, cu: cu_seqlens, function: attention}
+                    names.update(zip((q, k, v), tensors))
+                    try:
+                        expected = _run_arm(twin.orelse.body.body, names)[result]
+                    except RuntimeError:  # transformers' sdpa cannot reshape an empty segment: nothing to match
+                        assert 0 in lengths and attention is sdpa_attention_forward, path
+                        continue
+                    actual = _run_arm(twin.body.body, names)[result]
+                    assert actual.shape == expected.shape, path
+                    assert (actual - expected).abs().max().item() <= allowed([expected]), (path, lengths)
+            exercised += 1
+    assert exercised == sites > 0
