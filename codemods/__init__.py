@@ -4,12 +4,15 @@ from .base import Codemod, Finding
 from .cache_pytree import CachePytreeRegistration
 from .cond_branches import CondBranches
 from .conv_output_tail import ConvOutputTail
+from .exclusive_cumsum import ExclusiveCumsum
 from .export_early_return import ExportEarlyReturn
 from .moe_expert_loop import MoeExpertLoop
 from .pad_to_min_length import PadToMinLength
+from .segment_attention import SegmentAttention
 from .sliding_window_cache import SlidingWindowCache
 from .take_along_dim_gather import TakeAlongDimGather
 from .tensor_len import TensorLen
+from .vision_grid_loops import VisionGridLoops
 from .vmap_masks import VmapMasks
 
 ALL_CODEMODS: tuple[type[Codemod], ...] = (
@@ -22,6 +25,9 @@ ALL_CODEMODS: tuple[type[Codemod], ...] = (
     ExportEarlyReturn,
     MoeExpertLoop,
     CondBranches,
+    SegmentAttention,
+    VisionGridLoops,
+    ExclusiveCumsum,
     VmapMasks,
 )
 

@@ -161,8 +161,8 @@ def test_write_is_atomic_and_check_sees_staleness(tmp_path, rendered):
 def test_upstream_patch_applies_to_the_installed_tree(tmp_path, rendered):
     tree = tmp_path / "transformers-src"
     patch = "".join(change.diff() for change in rendered.changes)
-    # cache_utils, masking_utils, and minimax with its modular source; the other models are unchanged
-    assert patch.count("diff --git a/src/transformers/") == 4
+    # cache_utils, masking_utils, vision_utils, and minimax with its modular source; the other models are unchanged
+    assert patch.count("diff --git a/src/transformers/") == 5
     for change in rendered.changes:
         target = tree / "src" / "transformers" / change.relpath
         target.parent.mkdir(parents=True, exist_ok=True)

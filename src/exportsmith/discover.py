@@ -19,6 +19,7 @@ SHARED_MODULES = (
     "masking_utils.py",
     "modeling_rope_utils.py",
     "integrations/sdpa_attention.py",
+    "vision_utils.py",
 )
 
 # transformers 4.x ships TensorFlow and Flax ports beside the PyTorch modeling files; torch.export never sees them.
