@@ -225,7 +225,7 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         and not tower_left_out(config, "audio_config", main)
     )
     if main == "hidden_states" and "grid_thw" in parameters:  # a Qwen-style vision tower on its own
-        inputs.update(patch_inputs(model, config, "hidden_states", "grid_thw", shape, generator))
+        inputs.update(patch_inputs(model, config, "hidden_states", "grid_thw", shape, generator, varied=True))
     elif {"quantized_code", "condition_vector", "speaker_embedding"} <= parameters:
         # a code-to-mel diffusion transformer (Qwen2.5-Omni's token2wav DiT), one step: codec codes, each repeated
         # into `repeats` mel frames, the noisy mel at those frames, a reference mel for its speaker encoder, the
@@ -789,19 +789,25 @@ PATCH_SEQUENCES = ("paddleocr_vl_vision",)
 
 
 def patch_inputs(
-    model, config, pixel_name: str, grid_name: str, shape: InputShape, generator: torch.Generator
+    model, config, pixel_name: str, grid_name: str, shape: InputShape, generator: torch.Generator, varied: bool = False
 ) -> dict:
     """Qwen-style flattened patches: (images x t x h x w, channels x temporal x patch x patch) and their grid; the
-    towers of UNFLATTENED_PATCHES take each patch as an image."""
+    towers of UNFLATTENED_PATCHES take each patch as an image. `varied`: images of different sizes (IMAGE_GRIDS), as
+    a tower on its own must take any number of images of any sizes; else every image has the config's size."""
     vision = vision_config(config)
     channels, height, width = image_size(vision)
     patch = first_int(vision, ("patch_size",), 14)
     temporal = first_int(vision, ("temporal_patch_size", "patch_temporal"), 1)
+    merge = first_int(vision, ("spatial_merge_size",), 1)
     grid_h, grid_w = height // patch, width // patch
-    grid = torch.tensor([[1, grid_h, grid_w]] * shape.batch)
+    sizes = [(grid_h, grid_w)] * shape.batch
+    if varied:
+        sizes = [image_grid(grid_h, grid_w, merge, image + shape.seed) for image in range(shape.batch)]
+    grid = torch.tensor([[1, h, w] for h, w in sizes])
     if grid_name.endswith("_hw"):  # a grid of images only: (height, width)
         grid = grid[:, 1:]
-    pixels = torch.randn((shape.batch * grid_h * grid_w, channels * temporal * patch * patch), generator=generator)
+    count = sum(h * w for h, w in sizes)
+    pixels = torch.randn((count, channels * temporal * patch * patch), generator=generator)
     if getattr(vision, "model_type", None) in MERGED_PATCH_TOKENS:
         # one entry per language-model token: merge x merge patches as one image square, channels last, and the
         # grid counted in those tokens
@@ -813,6 +819,20 @@ def patch_inputs(
     elif config.model_type in PATCH_SEQUENCES:
         pixels = pixels.view(1, -1, channels, patch, patch)
     return {pixel_name: pixels, grid_name: grid}
+
+
+def image_grid(grid_h: int, grid_w: int, merge: int, index: int) -> tuple[int, int]:
+    """The patch grid of the `index`-th image of IMAGE_GRIDS' cycle around the config's (grid_h, grid_w): the same,
+    one merge block taller and narrower, one shorter and wider (sizes stay multiples of the merge size, >= one
+    block)."""
+    dh, dw = IMAGE_GRIDS[index % len(IMAGE_GRIDS)]
+    h, w = grid_h + dh * merge, grid_w + dw * merge
+    return (h, w) if h >= merge and w >= merge else (grid_h, grid_w)
+
+
+# Changes of a varied image's grid, in merge blocks (patch_inputs): the batch-1 case gets the second size, the
+# batch-3 case all three
+IMAGE_GRIDS = ((0, 0), (1, -1), (-1, 1))
 
 
 # Masks over audio frames that audio LMs need to count their features (`padding_mask`s are left out: codecs take
