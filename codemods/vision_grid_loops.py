@@ -1,24 +1,33 @@
 """transformers' vision helpers that loop over the images of `grid_thw.tolist()` compute the same tensors with tensor
 ops under export; eager keeps the loop.
 
-Why: `vision_utils.get_vision_position_ids` (the rotary position ids of Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V,
-PaddleOCR-VL, ... vision towers) builds each image's ids from Python ints of `grid_thw.tolist()`. Under torch.export
-those ints are data-dependent: the tower cannot be exported for a number of images or sizes other than the traced
-ones, and transformers' own exporter computes the ids outside the graph and passes them as an extra input. From each
-patch's index in the packed sequence, its image's `(t, h, w)` (`repeat_interleave` of the grid by the patch counts)
-and integer arithmetic, every id is computed in the graph, for any number of images of any sizes.
+Why: the helpers of `transformers.vision_utils` build each image's position ids or attention windows from the Python
+ints of `grid_thw.tolist()` (`target_sizes.tolist()`). Under torch.export those ints are data-dependent: a vision
+tower cannot be exported for a number of images or sizes other than the traced ones, and transformers' own exporter
+computes these tensors outside the graph and passes them as extra inputs. From each patch's index in the packed
+sequence, its image's sizes (`repeat_interleave` of the grid by the patch counts) and integer arithmetic, each helper's
+result is computed in the graph, for any number of images of any sizes:
 
-What it rewrites: in `transformers.vision_utils`, the loop of `get_vision_position_ids` and the `return` after it,
-with what prepares it (everything after the first `if`, which returns ids passed in `kwargs`), when they are the
-statements its tensor-ops form was proven equal to (as transformers 5.x ships them, recognised by the SHA-256 of
-their syntax tree: `LOOPS`; the preparation's `len(grid_thw)` would also pin the number of images). Under `torch.compiler.is_exporting()` the function returns
-`vision_position_ids_from_grid(...)`, a helper added to the module once; eager runs the loop, in an `else`. The
-helper checks (`torch._assert_async`) that each height and width is a multiple of the merge size, as the loop's
-`reshape` requires. Integer arithmetic: the ids are equal, not just close (tests/test_vision_grid_loops.py compares
-them over random grids, merge sizes, frames and `include_temporal`).
+- `get_vision_position_ids` (rotary position ids of the Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V, PaddleOCR-VL towers):
+  each patch's frame, row and column, laid out block-major over the merge blocks;
+- `get_vision_window_index` (Qwen2.5-VL, MiniCPM-V 4.6, Exaone 4.5, Muse Spark windowed attention): each merged
+  token's window, numbered over images, frames and the loop's padded window grid; the tokens sorted by (window, row,
+  column in the window) give the window order, and the ends of the windows that hold tokens the cumulative lengths
+  (the loop's list without the repeats an empty window leaves, which it removes with `unique_consecutive`);
+- `get_vision_nearest_position_ids` (MiniCPM-V's NaViT packing): each patch's row and column divided by its image's
+  height and width, bucketized as the loop does.
 
-What it refuses (left unchanged, with a finding): a helper of that name whose loop differs from the proven one (a
-release changed it: its tensor-ops form must be proven again), and a module that already defines the helper's name.
+What it rewrites: in `transformers.vision_utils`, each of those functions whose statements after its first `if`
+(which returns tensors passed in `kwargs`) are the ones its tensor-ops form was proven equal to (as transformers 5.x
+ships them, recognised by the SHA-256 of their syntax tree: `TWINS`; a `len(grid_thw)` there would also pin the
+number of images). Under `torch.compiler.is_exporting()` the function returns its helper's result, the helper added
+to the module once; eager runs the original statements, in an `else`. Integer arithmetic and the same float division
+and `bucketize`: the results are equal, not just close (tests/test_vision_grid_loops.py compares them over random
+grids, merge and window sizes, frames).
+
+What it refuses (left unchanged, with a finding): a function of those names whose statements differ from the proven
+ones (a release changed them: the tensor-ops form must be proven again), and a module that already defines a helper's
+name.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import textwrap
+from typing import NamedTuple
 
 import libcst as cst
 import libcst.matchers as m
@@ -33,13 +43,16 @@ import libcst.matchers as m
 from .base import EXPORTING, Codemod, export_twin, imports_torch
 
 MODULE = "transformers.vision_utils"
-HELPER = "vision_position_ids_from_grid"
 
-# function name -> SHA-256 of `ast.dump` of its statements after the first `if` (the loop over the grid, what prepares
-# it and the `return` after it), as proven
-LOOPS = {"get_vision_position_ids": "e8373b4b9f22f05ba15c5b93fe92ebb1f98b9010b6c75978eb2893a8bbe0c9d9"}
 
-HELPER_CODE = '''def vision_position_ids_from_grid(
+class Twin(NamedTuple):
+    fingerprint: str  # SHA-256 of `ast.dump` of the function's statements after its first `if`, as proven
+    helper: str  # the helper's name
+    code: str  # the helper
+    call: str  # what the function returns under export
+
+
+POSITION_IDS = '''def vision_position_ids_from_grid(
     grid_thw: torch.Tensor, spatial_merge_size: int | torch.Tensor, include_temporal: bool
 ) -> torch.Tensor:
     """`get_vision_position_ids` with tensor ops instead of a loop over the images (for torch.export, where the ints
@@ -66,10 +79,88 @@ HELPER_CODE = '''def vision_position_ids_from_grid(
     return torch.stack([frame, rows, columns] if include_temporal else [rows, columns], dim=-1)
 '''
 
+WINDOW_INDEX = '''def vision_window_index_from_grid(
+    grid_thw: torch.Tensor, spatial_merge_size: int, window_size: int, patch_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`get_vision_window_index` with tensor ops instead of a loop over the images (for torch.export, where the ints
+    of `grid_thw.tolist()` are data-dependent): each merged token's window, numbered over the images and frames in the
+    loop's order; the tokens sorted by (window, row and column in the window) are the window order, and the ends of
+    the windows that hold tokens are the cumulative lengths (the loop's, without the repeats of empty windows)."""
+    grid = grid_thw.long()
+    side = window_size // spatial_merge_size // patch_size  # merged tokens per window side
+    frames, rows, columns = grid[:, 0], grid[:, 1] // spatial_merge_size, grid[:, 2] // spatial_merge_size
+    # windows per frame: the loop pads each side by `side - n % side` (a whole empty window when `n % side == 0`)
+    window_rows = (rows + side - rows % side) // side
+    window_columns = (columns + side - columns % side) // side
+    tokens = frames * rows * columns
+    # per merged token, in the grid's order: its image's sizes and its index within the image
+    starts = torch.repeat_interleave(tokens.cumsum(0) - tokens, tokens)
+    index = torch.arange(starts.shape[0], device=grid.device) - starts
+    token_rows = torch.repeat_interleave(rows, tokens)
+    token_columns = torch.repeat_interleave(columns, tokens)
+    frame = index // (token_rows * token_columns)
+    row = index // token_columns % token_rows
+    column = index % token_columns
+    # each token's window, numbered over the images and frames, and its place in the window
+    windows = frames * window_rows * window_columns
+    first = torch.repeat_interleave(windows.cumsum(0) - windows, tokens)
+    per_frame = torch.repeat_interleave(window_rows * window_columns, tokens)
+    across = torch.repeat_interleave(window_columns, tokens)
+    window = first + frame * per_frame + row // side * across + column // side
+    window_index = torch.argsort((window * side + row % side) * side + column % side)
+    # the end of each window that holds tokens, counted in patches
+    ordered = window[window_index]
+    position = torch.arange(ordered.shape[0], device=grid.device)
+    following = ordered[(position + 1).clamp(max=ordered.shape[0] - 1)]
+    ends = torch.nonzero((ordered != following) | (position == ordered.shape[0] - 1)).flatten() + 1
+    cu_window_seqlens = torch.nn.functional.pad(ends * spatial_merge_size**2, (1, 0)).to(torch.int32)
+    return window_index, cu_window_seqlens
+'''
+
+NEAREST_POSITION_IDS = '''def vision_nearest_position_ids_from_sizes(target_sizes: torch.Tensor, num_patches_per_side: int) -> torch.Tensor:
+    """`get_vision_nearest_position_ids` with tensor ops instead of a loop over the images (for torch.export, where
+    the ints of `target_sizes.tolist()` are data-dependent): each patch's row and column, in raster order, divided by
+    its image's height and width and bucketized as the loop does."""
+    sizes = target_sizes.long()
+    heights, widths = sizes[:, 0], sizes[:, 1]
+    boundaries = torch.arange(
+        1 / num_patches_per_side, 1.0, 1 / num_patches_per_side, device=target_sizes.device
+    )
+    counts = heights * widths
+    starts = torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+    index = torch.arange(starts.shape[0], device=target_sizes.device) - starts
+    height = torch.repeat_interleave(heights, counts)
+    width = torch.repeat_interleave(widths, counts)
+    bucket_rows = torch.bucketize(index // width / height, boundaries, right=True)
+    bucket_columns = torch.bucketize(index % width / width, boundaries, right=True)
+    return bucket_rows * num_patches_per_side + bucket_columns
+'''
+
+TWINS = {
+    "get_vision_position_ids": Twin(
+        "e8373b4b9f22f05ba15c5b93fe92ebb1f98b9010b6c75978eb2893a8bbe0c9d9",
+        "vision_position_ids_from_grid",
+        POSITION_IDS,
+        "vision_position_ids_from_grid(grid_thw, spatial_merge_size, include_temporal)",
+    ),
+    "get_vision_window_index": Twin(
+        "0226075d64ddad826fa5ec34ca763384a750abaadbd7ac97f96297291d4ab5c0",
+        "vision_window_index_from_grid",
+        WINDOW_INDEX,
+        "vision_window_index_from_grid(grid_thw, spatial_merge_size, window_size, patch_size)",
+    ),
+    "get_vision_nearest_position_ids": Twin(
+        "535cff10728f1694c326799802452ecf715dba766a6b66a9f0c0434fd7cf0501",
+        "vision_nearest_position_ids_from_sizes",
+        NEAREST_POSITION_IDS,
+        "vision_nearest_position_ids_from_sizes(target_sizes, num_patches_per_side)",
+    ),
+}
+
 EXPORT_TEMPLATE = """
 if torch.compiler.is_exporting():
-    # The loop's Python ints would be data-dependent sizes: the same ids from tensor ops
-    return vision_position_ids_from_grid(grid_thw, spatial_merge_size, include_temporal)
+    # The loop's Python ints would be data-dependent sizes: the same result from tensor ops
+    return {call}
 else:
     pass
 """
@@ -85,33 +176,33 @@ class VisionGridLoops(Codemod):
     NAME = "vision-grid-loops"
     DESCRIPTION = (
         "The loops of transformers' vision helpers over grid_thw.tolist() become tensor ops under export, so a vision "
-        "tower's position ids follow any number of images of any sizes."
+        "tower's position ids and attention windows follow any number of images of any sizes."
     )
 
     @classmethod
     def might_apply(cls, source: str) -> bool:
-        return "grid_thw.tolist()" in source
+        return ".tolist()" in source and any(f"def {name}(" in source for name in TWINS)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         if self.context.full_module_name != MODULE:
             return tree
         defined = {stmt.name.value for stmt in tree.body if isinstance(stmt, (cst.FunctionDef, cst.ClassDef))}
-        body = list(tree.body)
-        changed = False
+        body, helpers = list(tree.body), []
         for index, stmt in enumerate(tree.body):
-            if not isinstance(stmt, cst.FunctionDef) or stmt.name.value not in LOOPS:
+            if not isinstance(stmt, cst.FunctionDef) or stmt.name.value not in TWINS:
                 continue
+            twin = TWINS[stmt.name.value]
             statements = list(stmt.body.body)
             if any(isinstance(inner, cst.If) and m.matches(inner.test, EXPORTING) for inner in statements):
                 continue  # rewritten by an earlier run
-            # what comes after the first `if` (which returns a precomputed value from `kwargs`)
+            # what comes after the first `if` (which returns tensors passed in `kwargs`)
             ifs = [i for i, inner in enumerate(statements) if isinstance(inner, cst.If)]
             start = ifs[0] + 1 if ifs else len(statements)
             line = self.top_level_line(tree, stmt)
-            if start >= len(statements) or fingerprint(statements[start:]) != LOOPS[stmt.name.value]:
-                reason = "its loop over the grid is not the one whose tensor-ops form was proven equal"
-            elif HELPER in defined:
-                reason = f"the module already defines `{HELPER}`"
+            if start >= len(statements) or fingerprint(statements[start:]) != twin.fingerprint:
+                reason = "its statements are not the ones whose tensor-ops form was proven equal"
+            elif twin.helper in defined:
+                reason = f"the module already defines `{twin.helper}`"
             elif not imports_torch(tree):
                 reason = "the module does not `import torch`"
             else:
@@ -120,14 +211,15 @@ class VisionGridLoops(Codemod):
                 self.report(line, "refused", stmt.name.value, reason)
                 continue
             eager = statements[start:]
-            twin = export_twin(EXPORT_TEMPLATE, eager, eager[0].leading_lines)
-            statements[start:] = [twin]
+            statements[start:] = [export_twin(EXPORT_TEMPLATE.format(call=twin.call), eager, eager[0].leading_lines)]
             body[index] = stmt.with_changes(body=stmt.body.with_changes(body=statements))
-            changed = True
-            self.report(line, "rewritten", stmt.name.value, "computes the ids from the grid with tensor ops under export")
-        if not changed:
+            helpers.append(twin.code)
+            self.report(line, "rewritten", stmt.name.value, "computes its result with tensor ops under export")
+        if not helpers:
             return tree
-        # the helper goes before the first function (the rewritten ones are functions of the module)
+        # the helpers go before the first function (the rewritten ones are functions of the module), in file order
         first = next(i for i, stmt in enumerate(body) if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)))
-        helper = cst.parse_statement(HELPER_CODE).with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-        return tree.with_changes(body=[*body[:first], helper, *body[first:]])
+        added = [
+            cst.parse_statement(code).with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]) for code in helpers
+        ]
+        return tree.with_changes(body=[*body[:first], *added, *body[first:]])

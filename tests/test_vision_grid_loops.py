@@ -1,12 +1,13 @@
-"""vision-grid-loops: the tensor-ops form of `get_vision_position_ids` gives the loop's ids exactly, and the codemod
-rewrites only the loop it was proven against.
+"""vision-grid-loops: the tensor-ops forms of transformers' vision helpers give the loops' results exactly, and the
+codemod rewrites only the statements they were proven against.
 
-1. The helper the codemod adds (`HELPER_CODE`) against transformers' own `vision_utils.get_vision_position_ids`
-   over random grids: one to five images, one to three frames, merge sizes 1, 2 and 3 as an int or one per image,
-   with and without the temporal column: `torch.equal` (integer arithmetic, no rounding).
-2. The installed `vision_utils.py` through the codemod: rewritten once, a second run changes nothing, eager (the
-   loop) and the export arm (`torch.compiler.is_exporting()` patched to True) of the rewritten function agree.
-3. A loop that differs from the proven one is refused with the reason, and the module is left as it was.
+1. Each helper the codemod adds (`TWINS`) against transformers' own function over random inputs: one to five images,
+   one to three frames, merge sizes 1 to 3 (an int or one per image), window sizes of 1 to 4 merged tokens (sizes
+   that are and are not multiples of them: empty padded windows), with and without the temporal column; nearest
+   position ids over image sizes 1 to 20 and tables of 3 to 16 a side: `torch.equal` and the same dtype.
+2. The installed `vision_utils.py` through the codemod: each function rewritten once, a second run changes nothing,
+   eager and the export arm (`torch.compiler.is_exporting()` patched to True) of the rewritten functions agree.
+3. Statements that differ from the proven ones are refused with the reason, and the module is left as it was.
 """
 
 from __future__ import annotations
@@ -20,17 +21,18 @@ import torch
 import transformers
 from transformers import vision_utils
 
-from codemods.vision_grid_loops import HELPER, HELPER_CODE, VisionGridLoops
+from codemods.vision_grid_loops import TWINS, VisionGridLoops
 from exportsmith.discover import find_transformers
 from exportsmith.pipeline import run_codemods
 
 MODULE = "transformers.vision_utils"
 
 
-def _helper():
+def _helper(function: str):
+    twin = TWINS[function]
     namespace = {"torch": torch}
-    exec(compile(HELPER_CODE, "<helper>", "exec"), namespace)
-    return namespace[HELPER]
+    exec(compile(twin.code, "<helper>", "exec"), namespace)
+    return namespace[twin.helper]
 
 
 def _grids(seed: int):
@@ -47,7 +49,7 @@ def _grids(seed: int):
 
 @pytest.mark.parametrize("include_temporal", [False, True])
 def test_the_tensor_ops_form_gives_the_loops_ids_exactly(include_temporal: bool):
-    helper = _helper()
+    helper = _helper("get_vision_position_ids")
     for seed in range(40):
         for grid, merge in _grids(seed):
             expected = vision_utils.get_vision_position_ids(grid, merge, include_temporal=include_temporal)
@@ -55,6 +57,37 @@ def test_the_tensor_ops_form_gives_the_loops_ids_exactly(include_temporal: bool)
             assert actual.dtype == expected.dtype and torch.equal(actual, expected), (grid.tolist(), merge)
     grid = torch.tensor([[1, 4, 6]], dtype=torch.int32)  # an int32 grid still gives int64 ids, as the loop
     assert torch.equal(helper(grid, 2, False), vision_utils.get_vision_position_ids(grid, 2))
+
+
+def _windows(seed: int):
+    """(grid_thw, merge, window_size, patch_size): windows of 1 to 4 merged tokens a side."""
+    generator = torch.Generator().manual_seed(seed)
+    images = int(torch.randint(1, 5, (1,), generator=generator))
+    merge, patch, side = (int(torch.randint(1, high, (1,), generator=generator)) for high in (4, 4, 5))
+    frames = torch.randint(1, 3, (images,), generator=generator)
+    grid = torch.stack([frames, *(torch.randint(1, 9, (2, images), generator=generator) * merge)], dim=-1)
+    return grid, merge, side * merge * patch, patch
+
+
+def test_the_tensor_ops_form_gives_the_loops_windows_exactly():
+    helper = _helper("get_vision_window_index")
+    for seed in range(200):
+        grid, merge, window_size, patch = _windows(seed)
+        expected = vision_utils.get_vision_window_index(grid, merge, window_size, patch)
+        actual = helper(grid, merge, window_size, patch)
+        for want, got in zip(expected, actual):
+            assert got.dtype == want.dtype and torch.equal(got, want), (grid.tolist(), merge, window_size, patch)
+
+
+def test_the_tensor_ops_form_gives_the_loops_nearest_positions_exactly():
+    helper = _helper("get_vision_nearest_position_ids")
+    for seed in range(100):
+        generator = torch.Generator().manual_seed(seed)
+        sizes = torch.randint(1, 21, (int(torch.randint(1, 5, (1,), generator=generator)), 2), generator=generator)
+        side = int(torch.randint(3, 17, (1,), generator=generator))
+        expected = vision_utils.get_vision_nearest_position_ids(sizes, side)
+        actual = helper(sizes, side)
+        assert actual.dtype == expected.dtype and torch.equal(actual, expected), (sizes.tolist(), side)
 
 
 def _rewritten_module(source: str) -> types.ModuleType:
@@ -71,7 +104,9 @@ def test_the_installed_helper_is_rewritten_once_and_both_arms_agree():
         pytest.skip(f"transformers {transformers.__version__} has no vision_utils")
     change = run_codemods(path.read_text(encoding="utf-8"), path.name, MODULE, codemods=(VisionGridLoops,))
     assert change.applied == ("vision-grid-loops",)
-    assert [finding.kind for finding in change.findings] == ["rewritten"]
+    assert sorted((finding.kind, finding.construct) for finding in change.findings) == [
+        ("rewritten", function) for function in sorted(TWINS)
+    ]
     again = run_codemods(change.rewritten, path.name, MODULE, codemods=(VisionGridLoops,))
     assert not again.changed and not again.findings
     module = _rewritten_module(change.rewritten)
@@ -81,6 +116,12 @@ def test_the_installed_helper_is_rewritten_once_and_both_arms_agree():
             assert torch.equal(module.get_vision_position_ids(grid, merge), expected)
             with mock.patch("torch.compiler.is_exporting", return_value=True):
                 assert torch.equal(module.get_vision_position_ids(grid, merge), expected)
+        grid, merge, window_size, patch = _windows(seed)
+        expected = vision_utils.get_vision_window_index(grid, merge, window_size, patch)
+        for exporting in (False, True):
+            with mock.patch("torch.compiler.is_exporting", return_value=exporting):
+                actual = module.get_vision_window_index(grid, merge, window_size, patch)
+            assert all(torch.equal(got, want) for got, want in zip(actual, expected))
 
 
 def test_a_loop_other_than_the_proven_one_is_refused():
@@ -91,8 +132,9 @@ def test_a_loop_other_than_the_proven_one_is_refused():
     changed = source.replace("hpos_ids = hpos_ids.reshape(block_shape).transpose(1, 2).flatten()", "hpos_ids = hpos_ids.flatten()")
     assert changed != source
     change = run_codemods(changed, path.name, MODULE, codemods=(VisionGridLoops,))
-    assert not change.changed
-    assert [(f.kind, f.construct, f.reason) for f in change.findings] == [
-        ("refused", "get_vision_position_ids", "its loop over the grid is not the one whose tensor-ops form was proven equal")
+    refused = [(f.construct, f.reason) for f in change.findings if f.kind == "refused"]
+    assert refused == [
+        ("get_vision_position_ids", "its statements are not the ones whose tensor-ops form was proven equal")
     ]
+    assert "def get_vision_position_ids" in change.rewritten and "vision_position_ids_from_grid" not in change.rewritten
     assert sys.modules[MODULE] is vision_utils  # the test never replaced transformers' module

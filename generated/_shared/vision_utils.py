@@ -69,6 +69,63 @@ def vision_position_ids_from_grid(
     return torch.stack([frame, rows, columns] if include_temporal else [rows, columns], dim=-1)
 
 
+def vision_window_index_from_grid(
+    grid_thw: torch.Tensor, spatial_merge_size: int, window_size: int, patch_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`get_vision_window_index` with tensor ops instead of a loop over the images (for torch.export, where the ints
+    of `grid_thw.tolist()` are data-dependent): each merged token's window, numbered over the images and frames in the
+    loop's order; the tokens sorted by (window, row and column in the window) are the window order, and the ends of
+    the windows that hold tokens are the cumulative lengths (the loop's, without the repeats of empty windows)."""
+    grid = grid_thw.long()
+    side = window_size // spatial_merge_size // patch_size  # merged tokens per window side
+    frames, rows, columns = grid[:, 0], grid[:, 1] // spatial_merge_size, grid[:, 2] // spatial_merge_size
+    # windows per frame: the loop pads each side by `side - n % side` (a whole empty window when `n % side == 0`)
+    window_rows = (rows + side - rows % side) // side
+    window_columns = (columns + side - columns % side) // side
+    tokens = frames * rows * columns
+    # per merged token, in the grid's order: its image's sizes and its index within the image
+    starts = torch.repeat_interleave(tokens.cumsum(0) - tokens, tokens)
+    index = torch.arange(starts.shape[0], device=grid.device) - starts
+    token_rows = torch.repeat_interleave(rows, tokens)
+    token_columns = torch.repeat_interleave(columns, tokens)
+    frame = index // (token_rows * token_columns)
+    row = index // token_columns % token_rows
+    column = index % token_columns
+    # each token's window, numbered over the images and frames, and its place in the window
+    windows = frames * window_rows * window_columns
+    first = torch.repeat_interleave(windows.cumsum(0) - windows, tokens)
+    per_frame = torch.repeat_interleave(window_rows * window_columns, tokens)
+    across = torch.repeat_interleave(window_columns, tokens)
+    window = first + frame * per_frame + row // side * across + column // side
+    window_index = torch.argsort((window * side + row % side) * side + column % side)
+    # the end of each window that holds tokens, counted in patches
+    ordered = window[window_index]
+    position = torch.arange(ordered.shape[0], device=grid.device)
+    following = ordered[(position + 1).clamp(max=ordered.shape[0] - 1)]
+    ends = torch.nonzero((ordered != following) | (position == ordered.shape[0] - 1)).flatten() + 1
+    cu_window_seqlens = torch.nn.functional.pad(ends * spatial_merge_size**2, (1, 0)).to(torch.int32)
+    return window_index, cu_window_seqlens
+
+
+def vision_nearest_position_ids_from_sizes(target_sizes: torch.Tensor, num_patches_per_side: int) -> torch.Tensor:
+    """`get_vision_nearest_position_ids` with tensor ops instead of a loop over the images (for torch.export, where
+    the ints of `target_sizes.tolist()` are data-dependent): each patch's row and column, in raster order, divided by
+    its image's height and width and bucketized as the loop does."""
+    sizes = target_sizes.long()
+    heights, widths = sizes[:, 0], sizes[:, 1]
+    boundaries = torch.arange(
+        1 / num_patches_per_side, 1.0, 1 / num_patches_per_side, device=target_sizes.device
+    )
+    counts = heights * widths
+    starts = torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+    index = torch.arange(starts.shape[0], device=target_sizes.device) - starts
+    height = torch.repeat_interleave(heights, counts)
+    width = torch.repeat_interleave(widths, counts)
+    bucket_rows = torch.bucketize(index // width / height, boundaries, right=True)
+    bucket_columns = torch.bucketize(index % width / width, boundaries, right=True)
+    return bucket_rows * num_patches_per_side + bucket_columns
+
+
 def get_vision_cu_seqlens(
     grid_thw: torch.Tensor, merge_temporal: bool = False, kwargs: dict | None = None
 ) -> torch.Tensor:
@@ -135,7 +192,7 @@ def get_vision_position_ids(
         return position_ids
 
     if torch.compiler.is_exporting():
-        # The loop's Python ints would be data-dependent sizes: the same ids from tensor ops
+        # The loop's Python ints would be data-dependent sizes: the same result from tensor ops
         return vision_position_ids_from_grid(grid_thw, spatial_merge_size, include_temporal)
     else:
         device = grid_thw.device
@@ -186,40 +243,44 @@ def get_vision_window_index(
         cu_window_seqlens = kwargs.pop("cu_window_seqlens", None)
         if window_index is not None and cu_window_seqlens is not None:
             return window_index, cu_window_seqlens
-    window_index: list = []
-    cu_window_seqlens: list = [0]
-    window_index_id = 0
-    vit_merger_window_size = window_size // spatial_merge_size // patch_size
-    spatial_merge_unit = spatial_merge_size**2
+    if torch.compiler.is_exporting():
+        # The loop's Python ints would be data-dependent sizes: the same result from tensor ops
+        return vision_window_index_from_grid(grid_thw, spatial_merge_size, window_size, patch_size)
+    else:
+        window_index: list = []
+        cu_window_seqlens: list = [0]
+        window_index_id = 0
+        vit_merger_window_size = window_size // spatial_merge_size // patch_size
+        spatial_merge_unit = spatial_merge_size**2
 
-    for grid_t, grid_h, grid_w in grid_thw.tolist():
-        grid_t, grid_h, grid_w = int(grid_t), int(grid_h), int(grid_w)
-        llm_grid_h = grid_h // spatial_merge_size
-        llm_grid_w = grid_w // spatial_merge_size
-        index = torch.arange(grid_t * llm_grid_h * llm_grid_w).reshape(grid_t, llm_grid_h, llm_grid_w)
-        pad_h = vit_merger_window_size - llm_grid_h % vit_merger_window_size
-        pad_w = vit_merger_window_size - llm_grid_w % vit_merger_window_size
-        num_windows_h = (llm_grid_h + pad_h) // vit_merger_window_size
-        num_windows_w = (llm_grid_w + pad_w) // vit_merger_window_size
-        index_padded = F.pad(index, (0, pad_w, 0, pad_h), "constant", -100)
-        index_padded = index_padded.reshape(
-            grid_t, num_windows_h, vit_merger_window_size, num_windows_w, vit_merger_window_size
-        )
-        index_padded = index_padded.permute(0, 1, 3, 2, 4).reshape(
-            grid_t, num_windows_h * num_windows_w, vit_merger_window_size, vit_merger_window_size
-        )
-        seqlens = (index_padded != -100).sum([2, 3]).reshape(-1)
-        index_padded = index_padded.reshape(-1)
-        index_new = index_padded[index_padded != -100]
-        window_index.append(index_new + window_index_id)
-        cu_seqlens_tmp = seqlens.cumsum(0) * spatial_merge_unit + cu_window_seqlens[-1]
-        cu_window_seqlens.extend(cu_seqlens_tmp.tolist())
-        window_index_id += grid_t * llm_grid_h * llm_grid_w
+        for grid_t, grid_h, grid_w in grid_thw.tolist():
+            grid_t, grid_h, grid_w = int(grid_t), int(grid_h), int(grid_w)
+            llm_grid_h = grid_h // spatial_merge_size
+            llm_grid_w = grid_w // spatial_merge_size
+            index = torch.arange(grid_t * llm_grid_h * llm_grid_w).reshape(grid_t, llm_grid_h, llm_grid_w)
+            pad_h = vit_merger_window_size - llm_grid_h % vit_merger_window_size
+            pad_w = vit_merger_window_size - llm_grid_w % vit_merger_window_size
+            num_windows_h = (llm_grid_h + pad_h) // vit_merger_window_size
+            num_windows_w = (llm_grid_w + pad_w) // vit_merger_window_size
+            index_padded = F.pad(index, (0, pad_w, 0, pad_h), "constant", -100)
+            index_padded = index_padded.reshape(
+                grid_t, num_windows_h, vit_merger_window_size, num_windows_w, vit_merger_window_size
+            )
+            index_padded = index_padded.permute(0, 1, 3, 2, 4).reshape(
+                grid_t, num_windows_h * num_windows_w, vit_merger_window_size, vit_merger_window_size
+            )
+            seqlens = (index_padded != -100).sum([2, 3]).reshape(-1)
+            index_padded = index_padded.reshape(-1)
+            index_new = index_padded[index_padded != -100]
+            window_index.append(index_new + window_index_id)
+            cu_seqlens_tmp = seqlens.cumsum(0) * spatial_merge_unit + cu_window_seqlens[-1]
+            cu_window_seqlens.extend(cu_seqlens_tmp.tolist())
+            window_index_id += grid_t * llm_grid_h * llm_grid_w
 
-    window_index = torch.cat(window_index, dim=0)
-    cu_window_seqlens = torch.tensor(cu_window_seqlens, device=grid_thw.device, dtype=torch.int32)
-    cu_window_seqlens = torch.unique_consecutive(cu_window_seqlens)
-    return window_index, cu_window_seqlens
+        window_index = torch.cat(window_index, dim=0)
+        cu_window_seqlens = torch.tensor(cu_window_seqlens, device=grid_thw.device, dtype=torch.int32)
+        cu_window_seqlens = torch.unique_consecutive(cu_window_seqlens)
+        return window_index, cu_window_seqlens
 
 
 def _interpolation_axis_taps_weights(
@@ -382,17 +443,21 @@ def get_vision_nearest_position_ids(
     """
     if kwargs is not None and (pos_ids := kwargs.pop("position_ids", None)) is not None:
         return pos_ids
-    device = target_sizes.device
-    boundaries = torch.arange(1 / num_patches_per_side, 1.0, 1 / num_patches_per_side, device=device)
-    pos_ids_list = []
-    for height, width in target_sizes.tolist():
-        height, width = int(height), int(width)
-        h_coords = torch.arange(height, device=device) / height
-        w_coords = torch.arange(width, device=device) / width
-        bucket_h = torch.bucketize(h_coords, boundaries, right=True)
-        bucket_w = torch.bucketize(w_coords, boundaries, right=True)
-        pos_ids_list.append((bucket_h[:, None] * num_patches_per_side + bucket_w).flatten())
-    return torch.cat(pos_ids_list)
+    if torch.compiler.is_exporting():
+        # The loop's Python ints would be data-dependent sizes: the same result from tensor ops
+        return vision_nearest_position_ids_from_sizes(target_sizes, num_patches_per_side)
+    else:
+        device = target_sizes.device
+        boundaries = torch.arange(1 / num_patches_per_side, 1.0, 1 / num_patches_per_side, device=device)
+        pos_ids_list = []
+        for height, width in target_sizes.tolist():
+            height, width = int(height), int(width)
+            h_coords = torch.arange(height, device=device) / height
+            w_coords = torch.arange(width, device=device) / width
+            bucket_h = torch.bucketize(h_coords, boundaries, right=True)
+            bucket_w = torch.bucketize(w_coords, boundaries, right=True)
+            pos_ids_list.append((bucket_h[:, None] * num_patches_per_side + bucket_w).flatten())
+        return torch.cat(pos_ids_list)
 
 
 def get_vision_merged_shape(
