@@ -28,12 +28,15 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
 from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 from torch.utils import _pytree as pytree
+
+if TYPE_CHECKING:  # optional: the module imports without the onnx extra
+    import onnxruntime
 
 from exportsmith.verify.check import (
     Case,
