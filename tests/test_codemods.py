@@ -19,6 +19,7 @@ MODULE_NAMES = {
     "cache_api": "transformers.cache_utils",
     "remote_code": None,
     "shared_module": "transformers.masking_utils",
+    "vision_helpers": "transformers.vision_utils",
 }
 DEFAULT_MODULE = "transformers.models.toy.modeling_toy"
 
