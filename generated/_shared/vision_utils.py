@@ -113,9 +113,7 @@ def vision_nearest_position_ids_from_sizes(target_sizes: torch.Tensor, num_patch
     its image's height and width and bucketized as the loop does."""
     sizes = target_sizes.long()
     heights, widths = sizes[:, 0], sizes[:, 1]
-    boundaries = torch.arange(
-        1 / num_patches_per_side, 1.0, 1 / num_patches_per_side, device=target_sizes.device
-    )
+    boundaries = torch.arange(1 / num_patches_per_side, 1.0, 1 / num_patches_per_side, device=target_sizes.device)
     counts = heights * widths
     starts = torch.repeat_interleave(counts.cumsum(0) - counts, counts)
     index = torch.arange(starts.shape[0], device=target_sizes.device) - starts
