@@ -41,11 +41,13 @@ which also lays out per-segment weights) are not candidates.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import libcst as cst
 import libcst.matchers as m
 
 from .base import Codemod, export_twin, formatted_block, imports_torch
-from ._walks import ReplaceNodes, name_values, statement_children, walk_statements
+from ._walks import ReplaceNodes, name_values, statement_children
 
 # Names the export arm binds: refused where the function already uses them
 EXPORT_NAMES = ("segment_ends", "positions", "segment_ids", "segment_mask")
@@ -322,20 +324,11 @@ class SegmentAttention(Codemod):
         taken = sorted(name_values(function) & set(EXPORT_NAMES))
         if taken:
             return f"the function already uses `{'`, `'.join(taken)}`"
-        # the names the four statements bind, read anywhere else in the function: the export arm binds only the result
-        others = [
-            name
-            for statement in walk_statements(function.body)
-            if isinstance(statement, cst.SimpleStatementLine) and not any(statement is own for own in site.statements)
-            for name in _name_list(statement)
-        ]
-        compound = [
-            name
-            for node in walk_statements(function.body)
-            if isinstance(node, (cst.If, cst.While, cst.For, cst.With, cst.Try))
-            for name in _name_list(_header(node))
-        ]
-        read = sorted(set(site.bound) & set(others + compound))
+        # the names the site's statements bind, named anywhere else in the function (more often than in the site):
+        # the export arm binds only the result
+        everywhere = Counter(_name_list(function.body))
+        in_site = Counter(name for statement in site.statements for name in _name_list(statement))
+        read = sorted(name for name in set(site.bound) if everywhere[name] > in_site[name])
         if read:
             return f"the function reads `{'`, `'.join(read)}` outside the split attention"
         return None
@@ -356,15 +349,3 @@ class SegmentAttention(Codemod):
         start = next(index for index, statement in enumerate(body) if statement is statements[0])
         body[start : start + len(statements)] = [twin]
         return block.with_changes(body=body)
-
-
-def _header(node: cst.CSTNode) -> cst.CSTNode:
-    """The expression part of a compound statement's first line (its test, iterable or items)."""
-    if isinstance(node, (cst.If, cst.While)):
-        return node.test
-    if isinstance(node, cst.For):
-        return cst.Tuple([cst.Element(node.target), cst.Element(node.iter)])
-    if isinstance(node, cst.With):
-        return cst.Tuple([cst.Element(item.item) for item in node.items])
-    return cst.Name("_")
-
