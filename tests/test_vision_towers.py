@@ -35,3 +35,19 @@ def test_qwen_vision_towers_take_any_number_of_images_of_any_sizes(tmp_path: Pat
             batches = {case["batch"] for case in cases if case["dims"] == dims and case["error"] is None}
             assert batches == {1, 2, 3}, (result["model_type"], dims)
         assert all(case["max_diff"] <= case["tolerance"] for case in cases)
+
+
+def test_a_tower_on_its_own_gets_images_of_different_sizes():
+    from exportsmith.verify import tasks, tiny
+    from exportsmith.verify.check import FORWARD_SHAPES
+
+    _, model_class = tasks.model_class("qwen2_vl_vision")
+    config = tiny.tiny_config("qwen2_vl_vision")
+    model = tiny.build_tiny_model(model_class, tasks.config_for(model_class, config))
+    grids = [tasks.dummy_inputs(model, shape=shape)["grid_thw"] for shape in FORWARD_SHAPES]
+    assert sorted(len(grid) for grid in grids) == [1, 2, 3]
+    three = max(grids, key=len)
+    assert len({tuple(row) for row in three.tolist()}) == 3  # three sizes
+    for shape in FORWARD_SHAPES:  # as many patches as the grid says
+        inputs = tasks.dummy_inputs(model, shape=shape)
+        assert inputs["hidden_states"].shape[0] == int(inputs["grid_thw"].prod(-1).sum())
