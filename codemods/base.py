@@ -17,6 +17,9 @@ from libcst.codemod import Codemod as LibcstCodemod
 
 from ._statement_codes import StatementCodes, lines_before_keyword
 
+# The context scratch key of a modular file's generated modeling sources (see `Codemod.expanded_class`)
+EXPANSIONS_KEY = "expansions"
+
 # transformers' line length (ruff, black): emitted code is laid out to it, so a patch passes its style checks.
 LINE_LENGTH = 119
 
@@ -80,6 +83,22 @@ class Codemod(LibcstCodemod):
     def remember_statement_code(self, module: cst.Module, stmt: cst.CSTNode, code: str) -> None:
         """Gives the engine's `StatementCodes` the code of a top-level statement the codemod printed itself."""
         self.statement_codes().remember(module, stmt, code)
+
+    def expanded_class(self, name: str) -> cst.ClassDef | None:
+        """In a `modular_*.py`, the class `name` as transformers' converter expanded it into the generated modeling
+        files beside it (the run's `expansions`): what the class holds at run time, inherited `__init__` included.
+        None elsewhere, or when no expansion defines it."""
+        expansions = self.context.scratch.get(EXPANSIONS_KEY)
+        if not expansions:
+            return None
+        classes = self.context.scratch.get("expanded classes")
+        if classes is None:  # parsed once a run, only when a codemod asks
+            classes = self.context.scratch["expanded classes"] = {}
+            for source in expansions:
+                for stmt in cst.parse_module(source).body:
+                    if isinstance(stmt, cst.ClassDef):
+                        classes.setdefault(stmt.name.value, stmt)
+        return classes.get(name)
 
     def report(self, line: int, kind: str, construct: str, reason: str) -> None:
         """Records a finding on the shared context."""

@@ -25,7 +25,9 @@ anything but assignments to plain names, `with torch.no_grad():` blocks of them,
 (its value after the loop would differ); any other use of `V` (a 1-element `V` in a multi-element index
 `routing_weights[T, V, None]` is an advanced index, which no int slice reproduces); a subscript `X[V]` of something
 that is neither `M` nor an `nn.Parameter`/`nn.ModuleList` the class assigns in `__init__` (a list, a dict, a
-buffer); a module that does not `import torch`.
+buffer); a module that does not `import torch`. In a `modular_*.py`, the `__init__` a class inherits from another
+model is read in the class's generated expansion (`Codemod.expanded_class`), so the modular file is rewritten as the
+modeling file generated from it is.
 """
 
 from __future__ import annotations
@@ -416,7 +418,13 @@ class _Rewriter(cst.CSTTransformer):
         self.depth = 0  # blocks around the statements being visited
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.classes.append(_self_attributes(node))
+        parameters, module_lists = _self_attributes(node)
+        # a modular file's class may inherit its `__init__`: its generated expansion holds what it assigns
+        expanded = self.codemod.expanded_class(node.name.value)
+        if expanded is not None:
+            more_parameters, more_module_lists = _self_attributes(expanded)
+            parameters, module_lists = parameters | more_parameters, module_lists | more_module_lists
+        self.classes.append((parameters, module_lists))
 
     def leave_ClassDef(self, original_node, updated_node):
         self.classes.pop()

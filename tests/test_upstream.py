@@ -144,6 +144,18 @@ def test_a_model_with_a_modular_file_gets_its_modular_file_edited(series):
     assert "generated from `src/transformers/models/minimax/modular_minimax.py`" in text
 
 
+def test_a_modular_class_that_inherits_its_init_gets_the_rewrite_of_its_generated_class(series):
+    """`DeepseekV4Experts(MixtralExperts)` assigns its parameters in Mixtral's `__init__`: read in the generated
+    modeling file, they let the modular file get the MoE rewrite its modeling file gets (else transformers'
+    `check_modular_conversion` fails and `make fix-repo` reverts the fix)."""
+    rendered, _ = series
+    changes = {change.relpath: change for change in rendered.groups["deepseek_v4"]}
+    for stem in ("modeling", "modular"):
+        change = changes[f"models/deepseek_v4/{stem}_deepseek_v4.py"]
+        findings = [finding for finding in change.findings if finding.codemod == "moe-expert-loop"]
+        assert [f.kind for f in findings] == ["rewritten"], (stem, findings)
+
+
 def test_a_class_inherited_through_the_modular_converter_is_explained(series):
     _, files = series
     text = next(text for name, text in files.items() if name.endswith("-edgetam_video.md"))

@@ -49,8 +49,12 @@ class Rendered:
         return tuple(change for group in self.groups.values() for change in group)
 
 
-def _change(tf: Transformers, path: Path, codemods: tuple[type[Codemod], ...]) -> Change:
-    return run_codemods(path.read_text(encoding="utf-8"), tf.relpath(path), tf.module_name(path), codemods)
+def _change(
+    tf: Transformers, path: Path, codemods: tuple[type[Codemod], ...], expansions: tuple[str, ...] = ()
+) -> Change:
+    return run_codemods(
+        path.read_text(encoding="utf-8"), tf.relpath(path), tf.module_name(path), codemods, expansions
+    )
 
 
 def _public_names(tree: cst.Module) -> list[str] | None:
@@ -230,7 +234,8 @@ def _render_model(
     model = tf.models[module]
     added_sets = {name: frozenset(names) for name, names in added.items()}
     changes = [_change(tf, path, codemods) for path in model.modeling]
-    sources = [_change(tf, path, codemods) for path in model.modular]
+    expansions = tuple(change.original for change in changes)
+    sources = [_change(tf, path, codemods, expansions) for path in model.modular]
     files, summaries = {}, {}
     for change in changes:
         if change.error:

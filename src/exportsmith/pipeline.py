@@ -8,12 +8,14 @@ that does not parse gives a `Change` with an error, never an exception, so one b
 from __future__ import annotations
 
 import difflib
-from dataclasses import astuple, dataclass, field
+import re
+from dataclasses import astuple, dataclass, field, replace
 
 import libcst as cst
 from libcst.codemod import CodemodContext, SkipFile
 
 from codemods import ALL_CODEMODS, Codemod, Finding
+from codemods.base import EXPANSIONS_KEY
 from codemods._statement_codes import StatementCodes
 
 
@@ -68,6 +70,57 @@ class Change:
         return f"diff --git a/{path} b/{path}\n" + "".join(lines)
 
 
+_TOP_LEVEL_DEFINITION = re.compile(r"^(?:class|def) (\w+)", re.MULTILINE)
+# `# Copied from transformers.loss.loss_for_object_detection.box_iou`: a copy whose source no codemod rewrites
+_COPIED_FROM_OUTSIDE_MODELS = re.compile(r"#\s*Copied from (transformers\.(?!models\.)[\w.]+)")
+OUTSIDE_MODELING_CODE = (
+    "not modeling code: transformers' converter puts it in no modeling file (an image processor, a processor, ...), "
+    "which nothing exports"
+)
+COPIED_FROM = "a copy of `{}`, which stays as it is: the copy must stay equal to its source (transformers' check_copies)"
+
+
+def _left_as_written(stmt: cst.CSTNode, modeling: set[str] | None) -> str | None:
+    """Why a top-level class or function keeps its original text whatever the codemods do to it, or None.
+    `modeling`: for a modular file, the names its generated modeling files define."""
+    if not isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
+        return None
+    for line in stmt.leading_lines:
+        copied = _COPIED_FROM_OUTSIDE_MODELS.search(line.comment.value) if line.comment else None
+        if copied:
+            return COPIED_FROM.format(copied.group(1))
+    if modeling is not None and stmt.name.value not in modeling:
+        return OUTSIDE_MODELING_CODE
+    return None
+
+
+def _keep_as_written(
+    new: cst.Module, old: cst.Module, findings: list[Finding], codes: StatementCodes, modeling: set[str] | None
+) -> tuple[cst.Module, list[Finding]]:
+    """`new` with every top-level class or function that must keep its text (`_left_as_written`) as it is in `old`;
+    a rewrite reported inside one becomes a refusal with the reason."""
+    if new is old:
+        return new, findings
+    before = {stmt.name.value: (index, stmt) for index, stmt in enumerate(old.body) if _left_as_written(stmt, modeling)}
+    body, spans = list(new.body), []
+    for index, stmt in enumerate(body):
+        name = getattr(getattr(stmt, "name", None), "value", None)
+        if name in before and before[name][1] is not stmt and isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
+            position, written = before[name]
+            body[index] = written
+            end = codes.first_line(old, position + 1) if position + 1 < len(old.body) else float("inf")
+            spans.append((codes.first_line(old, position), end, _left_as_written(written, modeling)))
+    if not spans:
+        return new, findings
+    kept = []
+    for finding in findings:
+        reason = next((why for start, end, why in spans if start <= finding.line < end), None)
+        if finding.kind == "rewritten" and reason:
+            finding = replace(finding, kind="refused", reason=reason)
+        kept.append(finding)
+    return new.with_changes(body=body), kept
+
+
 @dataclass
 class _Run:
     findings: list[Finding] = field(default_factory=list)
@@ -79,8 +132,12 @@ def run_codemods(
     relpath: str,
     module_name: str | None = None,
     codemods: tuple[type[Codemod], ...] = ALL_CODEMODS,
+    expansions: tuple[str, ...] = (),
 ) -> Change:
-    """Applies `codemods` in order to `source`. `module_name` (dotted) lets codemods resolve relative imports."""
+    """Applies `codemods` in order to `source`. `module_name` (dotted) lets codemods resolve relative imports. For a
+    `modular_*.py`, `expansions` are the sources of the modeling files transformers generated from it: a class that
+    inherits its `__init__` from another model is read there, so the modular file gets the rewrites its modeling
+    file gets (transformers' `check_modular_conversion` compares the two)."""
     try:
         tree = cst.parse_module(source)
     except cst.ParserSyntaxError as error:
@@ -89,16 +146,20 @@ def run_codemods(
     run = _Run()
     original_tree = tree
     codes = StatementCodes(source, tree)  # the original's statements come from the source text
+    # a modular file is rewritten where it defines modeling code only
+    modeling = {name for text in expansions for name in _TOP_LEVEL_DEFINITION.findall(text)} if expansions else None
     for codemod in codemods:
         if not codemod.might_apply(source):
             continue
         context = CodemodContext(filename=relpath, full_module_name=module_name)
         context.scratch[StatementCodes.SCRATCH_KEY] = codes
+        context.scratch[EXPANSIONS_KEY] = expansions
         try:
             new_tree = codemod(context).transform_module(tree)
         except SkipFile:
             continue
-        run.findings.extend(context.scratch.get("findings", []))
+        new_tree, findings = _keep_as_written(new_tree, tree, context.scratch.get("findings", []), codes, modeling)
+        run.findings.extend(findings)
         if codes.prints_differently(tree, new_tree):
             run.applied.append(codemod.NAME)
         tree = new_tree
