@@ -35,7 +35,8 @@ What it rewrites, only in modules under `transformers.models` (or given with no 
   reason prefixed `early return:` like any arm (a loop, a side effect, an input returned unchanged or as a view, ...),
   and when a Python condition is `and`-joined to the test (the statements after the `if` would be the `else` of both).
 
-What it refuses (left unchanged, reported as `refused` with the reason): side effects in an arm (attribute or item
+What it refuses (left unchanged, reported as `refused` with the reason): a test inside `if self.training:` (a
+training-only path: an inference export never traces it, so rewriting it only adds code for reviewers); side effects in an arm (attribute or item
 writes, augmented assignment, in-place or mutating calls such as `register_buffer`, `logger`/`warnings`/`print`, `del`,
 `yield`), `break`/`continue`, loops (a data-dependent trip count), `with`/`try`; a `return` in one arm only; results
 that are None or a literal (`scale = 1.0`: torch.cond returns tensors only), a result not assigned on every path of an
@@ -88,6 +89,11 @@ from ._bindings import Binding, bound_anywhere, bound_at, parameter_names, targe
 from ._walks import child_nodes, nodes_in, statement_children, walk_statements
 
 IS_EXPORTING = "torch.compiler.is_exporting()"
+TRAINING = m.Attribute(value=m.Name("self"), attr=m.Name("training"))
+TRAINING_ONLY = (
+    "training-only: the `if self.training:` around it is never traced for inference (export traces the module in eval "
+    "mode), so the rewrite would only add code"
+)
 _REDUCTIONS = frozenset({"any", "all"})
 # Calls that return bool tensors: `~` on them (and on `.any()`/`.all()` of them) is a logical not
 _BOOL_FUNCTIONS = frozenset(
@@ -1060,6 +1066,8 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
         # `if`s as written, and (by the id of the node the visit leaves in the block) those rewritten with the block
         self.early_return_ifs: set[int] = set()
         self.deferred: dict[int, cst.If] = {}
+        self.training_bodies: set[int] = set()  # the bodies of `if self.training:` (and `if self.training and ...:`)
+        self.training = 0  # how many of them enclose the statements being visited
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         super().visit_FunctionDef(node)
@@ -1084,6 +1092,7 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
 
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
         self.depth += 1
+        self.training += id(node) in self.training_bodies
         body = node.body
         for index in range(len(body) - 1):
             stmt = body[index]
@@ -1095,6 +1104,7 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
         if self.deferred:
             updated_node = self._early_returns(original_node, updated_node)
         self.depth -= 1
+        self.training -= id(original_node) in self.training_bodies
         return _blank_lines_before_branch_functions(updated_node)
 
     def _early_returns(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
@@ -1145,6 +1155,8 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
             self.eager_arms.add(id(node.orelse))
         if isinstance(node.orelse, cst.If):
             self.elifs.add(id(node.orelse))  # rewritten with the `if` that holds it, as the nested `else` of a cond
+        if m.matches(node.test, TRAINING | m.BooleanOperation(left=TRAINING, operator=m.And())):
+            self.training_bodies.add(id(node.body))
 
     def leave_If(self, original_node: cst.If, updated_node: cst.If):
         updated_node = updated_node.with_changes(body=_blank_before_branch_function(updated_node.body, blank=True))
@@ -1161,12 +1173,15 @@ class _Rewriter(_Scopes, _Statements, cst.CSTTransformer):
         if all(_data_dependent_call(test, shapes) is None for test in tests):
             return updated_node
         site = original_node if _data_dependent_call(original_node.test, shapes) is not None else original_node.orelse
-        if site is original_node and id(original_node) in self.early_return_ifs:
+        if site is original_node and id(original_node) in self.early_return_ifs and not self.training:
             # The statements after it are its `else` arm: rewritten with the block that holds them all
             self.deferred[id(updated_node)] = original_node
             return updated_node
         line = self.first_line - 1 + self.if_lines[id(site)]
         construct = _one_line(site.test)
+        if self.training:
+            self.codemod.report(line, "refused", construct, TRAINING_ONLY)
+            return updated_node
         try:
             if site is not original_node:
                 # A Python `if` whose `elif` chain holds a tensor test: the chain after it becomes a nested `else`

@@ -9,7 +9,7 @@ import pytest
 
 from codemods import ALL_CODEMODS
 from codemods.cache_pytree import CachePytreeRegistration
-from codemods.cond_branches import load_targets
+from codemods.cond_branches import TRAINING_ONLY, load_targets
 from exportsmith.pipeline import run_codemods
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -158,7 +158,7 @@ def test_cond_branches_reports_each_rewrite_with_its_shape():
             "torch.isinf(hidden_states).any()",
             "select -> torch.cond",
         ),
-        (36, "rewritten", "not torch.isfinite(hidden_states).all()", "select -> torch.cond"),
+        (36, "refused", "not torch.isfinite(hidden_states).all()", TRAINING_ONLY),  # inside `if self.training:`
     ]
     _, findings = _cond_findings("raise_torch_all")
     assert [(line, kind, reason) for line, kind, _, reason in findings] == [
@@ -635,3 +635,62 @@ def test_every_committed_site_with_a_reason_is_refused_with_it_in_the_installed_
         change = run_codemods(path.read_text(), site["file"], tf.module_name(path), codemods=(CondBranches,))
         reasons = [f.reason for f in change.findings if f.kind == "refused" and f.construct == site["test"]]
         assert reasons and all(reason.endswith(site["why"]) for reason in reasons), site["function"]
+
+
+_MODULAR = '''import torch
+from torch import nn
+
+
+class ToyLayer(nn.Module):
+    def forward(self, hidden_states):
+        if not torch.isfinite(hidden_states).all():
+            hidden_states = torch.nan_to_num(hidden_states)
+        return hidden_states
+
+
+class ToyImageProcessor:
+    def post_process(self, scores):
+        if (scores < 0).any():
+            scores = scores.clamp(min=0)
+        return scores
+'''
+
+
+def test_a_modular_file_is_rewritten_only_where_it_defines_modeling_code():
+    """The converter puts `ToyLayer` in the modeling file and `ToyImageProcessor` in another file the patch does not
+    hold: only the first is rewritten, and the second's site is reported refused, as it was written."""
+    from exportsmith.pipeline import OUTSIDE_MODELING_CODE
+
+    expansion = "import torch\n\n\nclass ToyLayer(nn.Module):\n    pass\n"
+    relpath, module = "models/toy/modular_toy.py", "transformers.models.toy.modular_toy"
+    change = run_codemods(_MODULAR, relpath, module, (BY_NAME["cond_branches"],), expansions=(expansion,))
+    assert [(f.line, f.kind, f.reason) for f in change.findings] == [
+        (7, "rewritten", "select -> torch.cond"),
+        (14, "refused", OUTSIDE_MODELING_CODE),
+    ]
+    assert change.rewritten.endswith(_MODULAR[_MODULAR.index("\n\nclass ToyImageProcessor") :])
+    # with no expansion (a modeling file), both are rewritten
+    alone = run_codemods(_MODULAR, relpath, module, (BY_NAME["cond_branches"],))
+    assert [f.kind for f in alone.findings] == ["rewritten", "rewritten"]
+
+
+def test_a_copy_of_code_outside_the_models_keeps_its_text():
+    """owlvit's `generalized_box_iou` is `# Copied from transformers.loss...`, which no codemod rewrites: rewriting
+    the copy alone would fail transformers' check_copies, so it is refused and left as written."""
+    from exportsmith.pipeline import COPIED_FROM
+
+    source = (
+        "import torch\n\n\n# Copied from transformers.loss.loss_for_object_detection.generalized_box_iou\n"
+        "def generalized_box_iou(boxes1):\n    if not (boxes1[:, 2:] >= boxes1[:, :2]).all():\n"
+        '        raise ValueError("corner format")\n    return boxes1\n\n\n'
+        "# Copied from transformers.models.detr.modeling_detr.box_check\n"
+        "def box_check(boxes1):\n    if not (boxes1[:, 2:] >= boxes1[:, :2]).all():\n"
+        '        raise ValueError("corner format")\n    return boxes1\n'
+    )
+    change = run_codemods(source, "models/toy/modeling_toy.py", DEFAULT_MODULE, (BY_NAME["cond_branches"],))
+    source_name = "transformers.loss.loss_for_object_detection.generalized_box_iou"
+    assert [(f.line, f.kind, f.reason) for f in change.findings] == [
+        (6, "refused", COPIED_FROM.format(source_name)),
+        (13, "rewritten", "raise -> torch._assert_async"),  # a copy of another model: rewritten there alike
+    ]
+    assert change.rewritten.startswith(source[: source.index("# Copied from transformers.models")])
