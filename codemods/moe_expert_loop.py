@@ -7,16 +7,21 @@ torch.export the length of `expert_hit` is data-dependent (an unbacked size), an
 
 What it rewrites, in any block of a function: a loop `for V in H:` (or `in H[:]`) where `H` is bound earlier in the
 same block (or in a `with` block just before it) from `torch.greater(M.sum(...), 0).nonzero()` and `M` is the expert
-mask (experts first). The loop gets an export twin under `if torch.compiler.is_exporting():`, which loops
-`for V in range(M.shape[0]):` with `V` a Python int; eager runs the original loop unchanged in the `else`. The twin
-visits every expert in the same ascending order; an expert that received no tokens has an all-zero row of `M`, so
-its `torch.where(M[V])` is empty and its `index_add_` adds nothing: the accumulation order of the experts that did
-receive tokens is the same, and the results are bit-identical. In the twin, `V` is adapted to what the body uses:
-- a body that starts with `V = V[0]` (`V` a 0-d tensor in eager) drops that statement: torch indexes with a 0-d
-  integer tensor as with an int, also as one element of a multi-element index (`M[V]`, `self.down_proj[V]`,
-  `routing_weights[T, V, None]`), a ModuleList takes either, and `if V == n: continue` compares the same values;
-- otherwise `V` is a 1-element tensor in eager: `M[V]` and `self.<parameter>[V]` become `[V : V + 1]` (the same
-  values and shape), `V[0]` becomes `V`, and `self.<module list>[V]` stays (a ModuleList takes the int).
+mask (experts first). Under `torch.compiler.is_exporting()` the loop visits every expert, `range(M.shape[0])`, in
+the same ascending order; an expert that received no tokens has an all-zero row of `M`, so its `torch.where(M[V])` is
+empty and its `index_add_` adds nothing: the accumulation order of the experts that did receive tokens is the same,
+and the results are bit-identical. Eager runs the original loop. The form depends on how the body uses `V`:
+- a body that starts with `V = V[0]` (`V` a 0-d tensor in eager), where `H` is read nowhere else, keeps the loop as
+  it is and changes only what it iterates: `if torch.compiler.is_exporting(): H = [[V] for V in range(M.shape[0])]`
+  before it, so `V[0]` is the expert's Python int (torch indexes with a 0-d integer tensor as with an int, also as
+  one element of a multi-element index, `M[V]`, `self.down_proj[V]`, `routing_weights[T, V, None]`, a ModuleList takes
+  either, and `if V == n: continue` compares the same values). Three lines instead of a second copy of the loop, as
+  an upstream reviewer wants it;
+- otherwise the loop gets an export twin, `if torch.compiler.is_exporting(): for V in range(M.shape[0]): ...`
+  `else:` the original loop. `V` is a 1-element tensor in eager: in the twin `M[V]` and `self.<parameter>[V]`
+  become `[V : V + 1]` (the same values and shape, a view where a list index would copy the expert's weights), `V[0]`
+  becomes `V`, `self.<module list>[V]` stays (a ModuleList takes the int); a body starting with `V = V[0]` whose `H`
+  is read elsewhere drops that statement in the twin.
 
 What it refuses (left unchanged, reported): a body whose effect on an expert without tokens is not provably nothing:
 anything but assignments to plain names, `with torch.no_grad():` blocks of them, `if V == ...: continue` and
@@ -396,7 +401,7 @@ class MoeExpertLoop(Codemod):
             line = self.first_line(tree, index)
             rewriter = _Rewriter(self, {key: line - 1 + value for key, value in printed[index].items()}, has_torch)
             new = tree.body[index].visit(rewriter)
-            if rewriter.twins:
+            if rewriter.replacements:
                 body[index], changed = new, True
         return tree.with_changes(body=body) if changed else tree
 
@@ -414,7 +419,7 @@ class _Rewriter(cst.CSTTransformer):
         self.codemod, self.loop_lines, self.imports_torch = codemod, loop_lines, imports_torch
         self.classes: list[tuple[frozenset[str], frozenset[str]]] = []
         self.functions: list[cst.FunctionDef] = []
-        self.twins: dict[int, cst.If] = {}  # id(original For) -> its replacement
+        self.replacements: dict[int, list[cst.BaseStatement]] = {}  # id(original For) -> what replaces it
         self.depth = 0  # blocks around the statements being visited
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
@@ -483,17 +488,24 @@ class _Rewriter(cst.CSTTransformer):
         except _Refusal as refusal:
             self.codemod.report(line, "refused", construct, str(refusal))
             return
-        text = (
-            "if torch.compiler.is_exporting():\n"
-            + "".join(f"    {c}\n" for c in COMMENT)
-            + "    pass\nelse:\n    pass\n"
-        )
-        replacement = export_twin(text, [loop], loop.leading_lines, export=[matched.export_twin()])
-        self.twins[id(loop)] = _fitted(replacement, self.depth)
+        comment = "".join(f"    {c}\n" for c in COMMENT)
+        hit = _one_line(loop.iter.value if isinstance(loop.iter, cst.Subscript) else loop.iter)
+        if matched.unpacks and len(m.findall(function, m.Name(hit))) == 2:  # bound, then iterated: nothing else
+            # The smallest change: under export, what the loop iterates is every expert, as `nonzero()`'s rows
+            # (`[V]`), so the loop and its body stay as they are
+            var = matched.var
+            text = f"if torch.compiler.is_exporting():\n{comment}    {hit} = [[{var}] for {var} in range({mask}.shape[0])]\n"
+            choice = _fitted(cst.parse_statement(text).with_changes(leading_lines=loop.leading_lines), self.depth)
+            self.replacements[id(loop)] = [choice, loop.with_changes(leading_lines=())]
+        else:
+            text = f"if torch.compiler.is_exporting():\n{comment}    pass\nelse:\n    pass\n"
+            replacement = export_twin(text, [loop], loop.leading_lines, export=[matched.export_twin()])
+            self.replacements[id(loop)] = [_fitted(replacement, self.depth)]
         self.codemod.report(line, "rewritten", construct, f"loops over range({mask}.shape[0]) under export")
 
     def leave_For(self, original_node: cst.For, updated_node: cst.For):
-        return self.twins.get(id(original_node), updated_node)
+        replacement = self.replacements.get(id(original_node))
+        return cst.FlattenSentinel(replacement) if replacement else updated_node
 
 
 def _after(statements, loop: cst.For) -> list[cst.CSTNode] | None:
