@@ -1,0 +1,36 @@
+"""tools/upstream_checks.py measures the upstream series (the transformers checks it runs need a checkout: a tools run)."""
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("upstream_checks", ROOT / "tools" / "upstream_checks.py")
+upstream_checks = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(upstream_checks)
+
+# A hunk against transformers' llama: one line re-indented (moved), one second copy of a line the file has, one new
+# line, a comment and a blank line
+PATCH = """diff --git a/src/transformers/models/llama/modeling_llama.py b/src/transformers/models/llama/modeling_llama.py
+--- a/src/transformers/models/llama/modeling_llama.py
++++ b/src/transformers/models/llama/modeling_llama.py
+@@ -119,5 +119,9 @@
+ def rotate_half(x):
+-    return torch.cat((-x2, x1), dim=-1)
++    if torch.compiler.is_exporting():
++        # a comment
++        return torch.cat((-x2, x1), dim=-1)
++
++    return torch.cat((-x2, x1), dim=-1)
+"""
+
+
+def test_series_lines_tell_moved_new_and_duplicated_code(tmp_path):
+    (tmp_path / "0000-llama.patch").write_text(PATCH)
+    (tmp_path / "series").write_text("0000-llama.patch\n")
+    assert upstream_checks.series_lines(tmp_path) == {"added": 5, "removed": 1, "new code": 2, "duplicated": 1}
+
+
+def test_edited_models_are_read_from_the_patch_paths(tmp_path):
+    (tmp_path / "0000-llama.patch").write_text(PATCH)
+    (tmp_path / "series").write_text("0000-llama.patch\n")
+    assert upstream_checks.edited_models(tmp_path) == ["llama"]
