@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from codemods import ALL_CODEMODS
 from exportsmith.discover import find_transformers
 from exportsmith.generate import generated_modules, render
 from exportsmith.upstream import generated_from, patch_series
@@ -110,8 +111,6 @@ def test_committed_patches_apply_and_the_patched_transformers_verifies_as_the_ge
 def series():
     """The `--all` series. Models that no codemod's prefilter admits have empty patches (a property the generate
     tests check), so rendering only the admitted ones gives the same series in a fraction of the time."""
-    from codemods import ALL_CODEMODS
-
     def admitted(module: str) -> bool:
         paths = TF.models[module].modeling + TF.models[module].modular
         return any(codemod.might_apply(path.read_text()) for codemod in ALL_CODEMODS for path in paths)
@@ -125,7 +124,9 @@ def test_the_all_models_series_applies_in_order(tmp_path, series):
     rendered, files = series
     root = pristine_tree(tmp_path, only=[change.relpath for change in rendered.changes if change.changed])
     order = files["series"].split()
-    assert order[0] == "0000-shared.patch" and len(order) > 10
+    # one patch per mechanism, in pipeline order, every codemod that rewrites something in 5.24 among them
+    names = [name.split("-", 1)[1].removesuffix(".patch") for name in order]
+    assert names == [codemod.NAME for codemod in ALL_CODEMODS if codemod.NAME in names] and len(names) >= 10
     for name in order:
         (tmp_path / name).write_text(files[name])
         apply(root, tmp_path / name)
@@ -139,7 +140,7 @@ def test_a_model_with_a_modular_file_gets_its_modular_file_edited(series):
     assert generated_from(minimax["models/minimax/modeling_minimax.py"]) == (
         "src/transformers/models/minimax/modular_minimax.py"
     )
-    text = next(text for name, text in files.items() if name.endswith("-minimax.md"))
+    text = next(text for name, text in files.items() if name.endswith("-cache-pytree.md"))
     assert "| `src/transformers/models/minimax/modular_minimax.py` | source (modular file) |" in text
     assert "generated from `src/transformers/models/minimax/modular_minimax.py`" in text
 
@@ -158,12 +159,12 @@ def test_a_modular_class_that_inherits_its_init_gets_the_rewrite_of_its_generate
 
 def test_a_class_inherited_through_the_modular_converter_is_explained(series):
     _, files = series
-    text = next(text for name, text in files.items() if name.endswith("-edgetam_video.md"))
+    text = next(text for name, text in files.items() if name.endswith(".md") and "models/edgetam_video/" in text)
     assert "come into it from another model's modular file" in text
 
 
 def test_pr_text_quotes_the_recorded_error_and_verification():
-    from exportsmith.upstream import pr_description
+    from exportsmith.upstream import Edit, pr_description
 
     rendered = render(TF, ["minimax"])
     record = {
@@ -175,7 +176,8 @@ def test_pr_text_quotes_the_recorded_error_and_verification():
         "original_export_error": "ValueError: Unsupported input type <class 'DynamicCache'>",
         "cases": [dict(program="decode", name="x", batch=1, new_tokens=1, past=7, max_diff=0.0, error=None)],
     }
-    text = pr_description("minimax", rendered.groups["minimax"], {"minimax": record}, TF.version)
+    edits = [Edit(change, change.original, change.rewritten) for change in rendered.groups["minimax"]]
+    text = pr_description("moe-expert-loop", edits, {"minimax": record}, TF.version, ["minimax"])
     assert "```\nValueError: Unsupported input type <class 'DynamicCache'>\n```" in text
     assert "| decode | x | 1 | 1 | 7 | 0 |" in text
 

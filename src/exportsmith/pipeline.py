@@ -29,6 +29,9 @@ class Change:
     findings: tuple[Finding, ...] = ()
     applied: tuple[str, ...] = ()  # names of the codemods that changed the module
     error: str | None = None
+    # The text after each codemod of `applied` but the last (after the last it is `rewritten`): the upstream series
+    # sends each codemod's change as its own patch
+    steps: tuple[str, ...] = ()
     # The parsed rewritten module, so rendering does not parse again; not part of the value
     tree: cst.Module | None = field(default=None, compare=False, repr=False)
     # The printed code of the tree's statements, so vendoring prints only the statements it changes
@@ -48,26 +51,35 @@ class Change:
             "findings": [list(astuple(finding)) for finding in self.findings],
             "applied": list(self.applied),
             "error": self.error,
+            "steps": list(self.steps),
         }
 
     @classmethod
     def from_json(cls, data: dict, original: str) -> "Change":
         findings = tuple(Finding(*finding) for finding in data["findings"])
         rewritten = original if data["rewritten"] is None else data["rewritten"]
-        return cls(data["relpath"], original, rewritten, findings, tuple(data["applied"]), data["error"])
+        return cls(
+            data["relpath"], original, rewritten, findings, tuple(data["applied"]), data["error"], tuple(data["steps"])
+        )
+
+    def by_codemod(self) -> list[tuple[str, str, str]]:
+        """(codemod, text before it, text after it) for each codemod that changed the module, in order."""
+        texts = [self.original, *self.steps, self.rewritten]
+        return [(name, texts[index], texts[index + 1]) for index, name in enumerate(self.applied)]
 
     def diff(self, prefix: str = "src/transformers/") -> str:
         """A git-style unified diff against the transformers source tree; empty when nothing changed."""
-        if not self.changed:
-            return ""
-        path = prefix + self.relpath
-        lines = difflib.unified_diff(
-            self.original.splitlines(keepends=True),
-            self.rewritten.splitlines(keepends=True),
-            fromfile=f"a/{path}",
-            tofile=f"b/{path}",
-        )
-        return f"diff --git a/{path} b/{path}\n" + "".join(lines)
+        return unified_diff(self.original, self.rewritten, prefix + self.relpath)
+
+
+def unified_diff(before: str, after: str, path: str) -> str:
+    """A git-style unified diff of one file at `path`; empty when the texts are equal."""
+    if before == after:
+        return ""
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True), after.splitlines(keepends=True), fromfile=f"a/{path}", tofile=f"b/{path}"
+    )
+    return f"diff --git a/{path} b/{path}\n" + "".join(lines)
 
 
 _TOP_LEVEL_DEFINITION = re.compile(r"^(?:class|def) (\w+)", re.MULTILINE)
@@ -125,6 +137,7 @@ def _keep_as_written(
 class _Run:
     findings: list[Finding] = field(default_factory=list)
     applied: list[str] = field(default_factory=list)
+    trees: list[cst.Module] = field(default_factory=list)  # the module after each codemod in `applied`
 
 
 def run_codemods(
@@ -162,6 +175,7 @@ def run_codemods(
         run.findings.extend(findings)
         if codes.prints_differently(tree, new_tree):
             run.applied.append(codemod.NAME)
+            run.trees.append(new_tree)
         tree = new_tree
     rewritten = codes.module_code(tree) if run.applied else source
     return Change(
@@ -170,6 +184,7 @@ def run_codemods(
         rewritten,
         tuple(sorted(run.findings)),
         tuple(run.applied),
+        steps=tuple(codes.module_code(step) for step in run.trees[:-1]),
         tree=tree,
         codes=codes,
         original_tree=original_tree,

@@ -1,23 +1,37 @@
-"""Renders `Change`s as an upstream patch series: numbered git patches, each with a PR description beside it.
+"""Renders `Change`s as an upstream patch series: one patch per mechanism (codemod), each with a PR description.
 
-The series is the shared modules first, then one patch per model that has a change, in module order. Each file of
-transformers belongs to exactly one patch (a shared module to the first, a model's files to its own), so the series
-applies in order without conflicts. The PR text says what changed and why, which files are sources and which are
-generated from a `modular_*.py` (regenerate those with transformers' `utils/modular_model_converter.py`), the
-rewritten locations, and, where `exportsmith verify --record` left a record, the export error of the original model
-quoted from that run and how the rewrite was verified.
+A reviewer reads one mechanism at a time: the series has a patch per codemod that changed something, in pipeline
+order, holding that codemod's change to every file (shared modules and models alike); each applies on top of the ones
+before it (a file two codemods change is in both patches, as the first left it and as the second changes it). The PR
+text says what changed and why, which models it serves, which files are sources and which are generated from a
+`modular_*.py` (regenerate those with transformers' `utils/modular_model_converter.py`), the rewritten locations,
+and, where `exportsmith verify --record` left a record, the export error of the original model quoted from that run
+and how the rewrite was verified.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from codemods import ALL_CODEMODS
 
-from .pipeline import Change
+from .pipeline import Change, unified_diff
 
 _GENERATED_FROM = re.compile(r"This file was automatically generated from (src/transformers/\S+?\.py)")
 _DESCRIPTIONS = {codemod.NAME: codemod.DESCRIPTION for codemod in ALL_CODEMODS}
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One codemod's change to one file: the text before and after it."""
+
+    change: Change
+    before: str
+    after: str
+
+    def diff(self) -> str:
+        return unified_diff(self.before, self.after, f"src/transformers/{self.change.relpath}")
 
 
 def generated_from(change: Change) -> str | None:
@@ -30,36 +44,40 @@ def patch_text(changes: tuple[Change, ...]) -> str:
     return "".join(change.diff() for change in sorted(changes, key=lambda change: change.relpath))
 
 
-def pr_description(title: str, changes: tuple[Change, ...], records: dict[str, dict], version: str) -> str:
-    """Markdown for one patch. `records` maps model types to their `VERIFY.json` content."""
-    changed = [change for change in changes if change.changed]
-    applied = sorted({name for change in changed for name in change.applied})
-    lines = [f"# torch.export support: {title}\n"]
-    lines.append(f"Against transformers {version}; produced by exportsmith (`exportsmith diff`).\n")
+def pr_description(
+    codemod: str, edits: list[Edit], records: dict[str, dict], version: str, model_types: list[str]
+) -> str:
+    """Markdown for the patch of one codemod. `records` maps model types to their `VERIFY.json` content."""
+    lines = [f"# torch.export support: `{codemod}`\n"]
+    lines.append(
+        f"Against transformers {version}; produced by exportsmith (`exportsmith diff`). One mechanism: every change "
+        "this rewrite makes, applied on top of the patches before it in `series`.\n"
+    )
     lines.append("## What changed and why\n")
-    for name in applied:
-        lines.append(f"- `{name}`: {_DESCRIPTIONS.get(name, '')}")
+    lines.append(_DESCRIPTIONS.get(codemod, ""))
+    shown = ", ".join(model_types[:40]) + (f" and {len(model_types) - 40} more" if len(model_types) > 40 else "")
+    lines.append(f"\nModels whose files it edits ({len(model_types)}): {shown or 'none (shared modules only)'}.")
     lines.append("\n## Files\n")
     lines.append("| file | kind |")
     lines.append("|---|---|")
-    changed_paths = {f"src/transformers/{change.relpath}" for change in changed}
-    for change in sorted(changed, key=lambda change: change.relpath):
-        source = generated_from(change)
+    changed_paths = {f"src/transformers/{edit.change.relpath}" for edit in edits}
+    for edit in edits:
+        source = generated_from(edit.change)
         if source:
             kind = f"generated from `{source}`: keep it in sync with `python utils/modular_model_converter.py`"
             if source not in changed_paths:
                 kind += "; the rewritten classes come into it from another model's modular file, by the converter"
-        elif "/modular_" in change.relpath:
+        elif "/modular_" in edit.change.relpath:
             kind = "source (modular file)"
         else:
             kind = "source"
-        lines.append(f"| `src/transformers/{change.relpath}` | {kind} |")
+        lines.append(f"| `src/transformers/{edit.change.relpath}` | {kind} |")
     lines.append("\n## Rewritten locations\n")
-    for change in sorted(changed, key=lambda change: change.relpath):
-        for finding in change.findings:
-            if finding.kind == "rewritten":
+    for edit in edits:
+        for finding in edit.change.findings:
+            if finding.kind == "rewritten" and finding.codemod == codemod:
                 lines.append(
-                    f"- `src/transformers/{change.relpath}:{finding.line}` {finding.construct}: {finding.reason}"
+                    f"- `src/transformers/{edit.change.relpath}:{finding.line}` {finding.construct}: {finding.reason}"
                 )
     lines.append("\n## The error this removes, and verification\n")
     if not records:
@@ -97,22 +115,32 @@ def _verification(record: dict) -> str:
 def patch_series(
     groups: dict[str, tuple[Change, ...]], records: dict[str, dict], model_types: dict[str, list[str]], version: str
 ) -> dict[str, str]:
-    """File name -> text: `NNNN-<group>.patch` and `.md` for every group with a change, and `series` (their order).
+    """File name -> text: `NNNN-<codemod>.patch` and `.md` for every codemod that changed something, and `series`
+    (their order, the pipeline's).
 
     `groups` is `Rendered.groups` (the shared modules first); `model_types` maps a module to its model types, whose
-    records go into its PR text (the shared patch gets every record: it is what the models need)."""
-    files = {}
-    order = []
+    records go into the PR text of each codemod that edits the module's files (a codemod that edits a shared module
+    gets every record: every model uses it)."""
+    shared = next(iter(groups), None)
+    edits: dict[str, list[Edit]] = {codemod.NAME: [] for codemod in ALL_CODEMODS}
+    module_of = {}
     for group, changes in groups.items():
-        patch = patch_text(changes)
+        for change in changes:
+            module_of[change.relpath] = group
+            for name, before, after in change.by_codemod():
+                edits[name].append(Edit(change, before, after))
+    files, order = {}, []
+    for name, found in edits.items():
+        found.sort(key=lambda edit: edit.change.relpath)
+        patch = "".join(edit.diff() for edit in found)
         if not patch:
             continue
-        stem = f"{len(order):04d}-{group.strip('_')}"
-        shared = group == next(iter(groups))
-        title = "shared modules" if shared else group
-        relevant = records if shared else {t: records[t] for t in model_types.get(group, []) if t in records}
+        stem = f"{len(order):04d}-{name}"
+        modules = {module_of[edit.change.relpath] for edit in found}
+        types = sorted({t for module in modules - {shared} for t in model_types.get(module, [])})
+        relevant = records if shared in modules else {t: records[t] for t in types if t in records}
         files[f"{stem}.patch"] = patch
-        files[f"{stem}.md"] = pr_description(title, changes, relevant, version)
+        files[f"{stem}.md"] = pr_description(name, found, relevant, version, types)
         order.append(f"{stem}.patch")
     files["series"] = "".join(f"{name}\n" for name in order)
     return files
