@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import keyword
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -82,7 +84,7 @@ def build_tree(tree: Path, repo: Path) -> None:
 
 def apply_series(tree: Path, series: Path) -> None:
     for name in (series / "series").read_text().split():
-        subprocess.run(["git", "apply", "--whitespace=nowarn", str(series / name)], cwd=tree, check=True)
+        subprocess.run(["git", "apply", "--whitespace=nowarn", str((series / name).resolve())], cwd=tree, check=True)
 
 
 def edited_models(series: Path) -> list[str]:
@@ -98,7 +100,7 @@ def series_lines(series: Path) -> dict[str, int]:
     """The series' size in lines: `added` and `removed` (as `git diff --stat` counts them), `new code` (added code
     lines that are not a line moved or re-indented: the hunk does not remove the same text) and `duplicated` (new
     code lines whose text is already in the file: second copies of existing code, such as an export twin of a loop).
-    Blank lines and comments are not code lines; texts are compared stripped."""
+    Code lines are those `_is_code` admits; texts are compared stripped."""
     counts = Counter()
     for name in (series / "series").read_text().split():
         for file_diff in (series / name).read_text().split("\ndiff --git "):
@@ -113,13 +115,21 @@ def series_lines(series: Path) -> dict[str, int]:
                     sign, text = line[:1], line[1:].strip()
                     counts["added"] += sign == "+"
                     counts["removed"] += sign == "-"
-                    if text and not text.startswith("#") and sign in ("+", "-"):
+                    if _is_code(text) and sign in ("+", "-"):
                         (plus if sign == "+" else minus)[text] += 1
                 for text, count in plus.items():
                     new = max(0, count - minus[text])
                     counts["new code"] += new
                     counts["duplicated"] += new if text in original else 0
     return {key: counts[key] for key in ("added", "removed", "new code", "duplicated")}
+
+
+def _is_code(text: str) -> bool:
+    """A line that says something: a name or a literal beyond Python keywords and punctuation (`)`, `else:` and
+    `return None` are in every function and copy nothing), and not a comment."""
+    if text.startswith("#"):
+        return False
+    return any(not keyword.iskeyword(word) for word in re.findall(r"\w+", text))
 
 
 def _installed_root() -> Path:
