@@ -113,15 +113,20 @@ def _keep_as_written(
     a rewrite reported inside one becomes a refusal with the reason."""
     if new is old:
         return new, findings
-    before = {stmt.name.value: (index, stmt) for index, stmt in enumerate(old.body) if _left_as_written(stmt, modeling)}
+    before = {}  # name -> (position in `old`, statement, why it keeps its text)
+    for position, stmt in enumerate(old.body):
+        why = _left_as_written(stmt, modeling)
+        if why:
+            before[stmt.name.value] = (position, stmt, why)
     body, spans = list(new.body), []
     for index, stmt in enumerate(body):
-        name = getattr(getattr(stmt, "name", None), "value", None)
-        if name in before and before[name][1] is not stmt and isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
-            position, written = before[name]
+        if not isinstance(stmt, (cst.ClassDef, cst.FunctionDef)) or stmt.name.value not in before:
+            continue
+        position, written, why = before[stmt.name.value]
+        if written is not stmt:
             body[index] = written
             end = codes.first_line(old, position + 1) if position + 1 < len(old.body) else float("inf")
-            spans.append((codes.first_line(old, position), end, _left_as_written(written, modeling)))
+            spans.append((codes.first_line(old, position), end, why))
     if not spans:
         return new, findings
     kept = []
