@@ -195,6 +195,47 @@ def test_columns_without_records_carry_an_earlier_tables_cells_and_say_so():
     assert coverage.table(records, ["a"], {})["models"][0]["original"]["status"] == "not-run"
 
 
+def test_columns_without_records_keep_a_table_of_this_harness_and_its_own_carried_columns_stay_carried():
+    earlier = {
+        "date": "2026-02-02",
+        "transformers": "5.24.0",
+        "moves": {"needs": {"cond-branches": ["a"]}},
+        "carried": {"date": "2026-01-01", "columns": ["onnx", "ablations"]},
+        "models": [
+            {
+                "model_type": name,
+                "model_class": "FooModel",
+                **{column: {"status": status, "reason": "", "location": None} for column in coverage.SWEPT},
+                coverage.GREEDY: {"status": greedy, "reason": "", "location": None},
+            }
+            for name, status, greedy in (("a", "ok", "ok"), ("b", "guard-rejected", "skipped"))
+        ],
+    }
+    records = {column: {} for column in coverage.SWEPT}
+    records["onnx"] = {"a": record("mismatch", "max|diff|=1")}
+    data = coverage.table(records, ["a", "b"], {}, keep=earlier)
+    rows = {row["model_type"]: row for row in data["models"]}
+    assert data["kept"] == {"original": "2026-02-02", "dynamo-exporter": "2026-02-02", "generated": "2026-02-02"}
+    assert data["carried"] == {"date": "2026-01-01", "columns": ["ablations"]}  # onnx is swept in this run
+    assert rows["a"]["generated"]["status"] == "ok" and rows["a"][coverage.GREEDY]["status"] == "ok"
+    assert rows["a"]["onnx"]["status"] == "mismatch" and rows["b"]["onnx"]["status"] == "skipped"
+    text = coverage.markdown(data, {column: 3600.0 * (column == "onnx") for column in coverage.SWEPT})
+    assert "- kept from the table of 2026-02-02, measured with this harness" in text
+    assert "original, dynamo-exporter, generated, greedy" in text
+    assert "carried over" not in text.split("\n- verify only")[0]  # no column is labelled carried over
+    assert "measured with the harness of 2026-01-01" in text  # the ablations still are
+    assert "original (kept), dynamo-exporter (kept), generated (kept), onnx 1.0 h" in text
+    # the ONNX column is swept for the copies the kept table says verify
+    swept = []
+    coverage_sweep = coverage.sweep
+    try:
+        coverage.sweep = lambda types, *args, **kwargs: swept.extend(types)
+        coverage.sweep_column("onnx", ["a", "b"], Path("/nonexistent"), Path("/nonexistent/generated"), 1, 1.0, earlier)
+    finally:
+        coverage.sweep = coverage_sweep
+    assert swept == ["a"]
+
+
 def test_shards_split_the_model_types_into_disjoint_interleaved_slices():
     types = [f"t{i:02d}" for i in range(10)]
     slices = [coverage.shard(list(reversed(types)), f"{k}/3") for k in (1, 2, 3)]

@@ -10,6 +10,7 @@
     python tools/coverage.py --shard 2/4 --work build/shard2   # one machine's quarter of the sweep, records only
     python tools/coverage.py --merge build/shard1 ... build/shard4   # their records, one table
     python tools/coverage.py --compare OLD.json NEW.json   # the model types that moved between two tables
+    python tools/coverage.py --columns onnx --keep OLD.json   # re-sweep one column, keep the others' cells
 
 Steps: `exportsmith generate --all` into `build/coverage/generated`; then, for each subject of
 `exportsmith.verify.check.SUBJECTS` (the original with no help, the original through transformers' DynamoExporter,
@@ -60,9 +61,13 @@ def generate_all(package: Path) -> None:
     print(f"generated every model into {package} in {time.perf_counter() - started:.0f} s", file=sys.stderr)
 
 
-def sweep_column(column: str, model_types: list[str], work: Path, package: Path, jobs: int, timeout: float) -> None:
+def sweep_column(
+    column: str, model_types: list[str], work: Path, package: Path, jobs: int, timeout: float, earlier: dict | None
+) -> None:
     if column == ONNX:
         generated = recorded(work / "generated.jsonl")
+        if not generated and earlier is not None:  # the generated column is kept or carried from `earlier`
+            generated = {row["model_type"]: row["generated"] for row in earlier["models"]}
         model_types = [name for name in model_types if generated.get(name, {}).get("status") == "ok"]
         check = partial(check_onnx, package=package.name, path=str(package.parent))
     else:
@@ -149,14 +154,26 @@ def table(
     ablations: dict[str, dict[str, dict]],
     baseline: dict | None = None,
     carry: dict | None = None,
+    keep: dict | None = None,
 ) -> dict:
-    """The table of `records` (column -> model type -> sweep record). With `carry`, an earlier COVERAGE.json, a column
-    that has no records at all keeps that table's cells, and the table says so (a column not re-swept after the
-    harness changed is not measured with it)."""
-    carried = [column for column in SWEPT if not records[column]] if carry is not None else []
-    if carry is not None and not ablations and carry.get("moves", {}).get("needs"):
-        carried.append("ablations")  # tools/ablation.py's records: not in this work directory
-    before = {row["model_type"]: row for row in carry["models"]} if carried else {}
+    """The table of `records` (column -> model type -> sweep record). A column that has no records at all can take its
+    cells from an earlier COVERAGE.json: with `carry`, one measured with an earlier harness, and the table says the
+    column was not re-swept with this harness; with `keep`, one measured with this same harness (its sweep records are
+    on another machine, or gone with a fresh clone), and the table says where the cells come from, while the columns
+    that table itself carried over stay carried over, with their date."""
+    earlier = carry if carry is not None else keep
+    empty = [column for column in SWEPT if not records[column]] if earlier is not None else []
+    if earlier is not None and not ablations and earlier.get("moves", {}).get("needs"):
+        empty.append("ablations")  # tools/ablation.py's records: not in this work directory
+    carried, kept = {"date": None, "columns": []}, {}
+    if carry is not None:
+        carried = {"date": carry["date"], "columns": empty}
+    elif keep is not None:
+        was = keep.get("carried") or {"date": None, "columns": []}
+        carried = {"date": was["date"], "columns": [column for column in empty if column in was["columns"]]}
+        kept = {column: (keep.get("kept") or {}).get(column, keep["date"]) for column in empty}
+        kept = {column: date for column, date in kept.items() if column not in carried["columns"]}
+    before = {row["model_type"]: row for row in earlier["models"]} if empty else {}
     rows = []
     for name in model_types:
         classes = {records[subject].get(name, {}).get("model_class") for subject in SUBJECTS} - {None}
@@ -169,17 +186,17 @@ def table(
             **{column: cell(records[column].get(name)) for column in SWEPT},
             GREEDY: greedy_cell(records["generated"].get(name)),
         }
-        for column in set(carried) & set(SWEPT):
+        for column in set(empty) & set(SWEPT) | ({GREEDY} if "generated" in empty else set()):
             row[column] = dict(before.get(name, {}).get(column) or cell(None))
-        if ONNX in carried and row[ONNX]["status"] == "skipped" and row["generated"]["status"] == "ok":
+        if ONNX in empty and row[ONNX]["status"] == "skipped" and row["generated"]["status"] == "ok":
             row[ONNX] = cell(None)  # the copy verifies now: ONNX not tried yet
-        if (name not in records[ONNX] or ONNX in carried) and row["generated"]["status"] not in ("ok", "not-run"):
+        if (name not in records[ONNX] or ONNX in empty) and row["generated"]["status"] not in ("ok", "not-run"):
             row[ONNX] = dict(SKIPPED)
         rows.append(row)
     totals = {column: sum(row[column]["status"] == "ok" for row in rows) for column in COLUMNS}
     moved = moves(rows, ablations)
-    if "ablations" in carried:
-        moved["needs"] = carry["moves"]["needs"]
+    if "ablations" in empty:
+        moved["needs"] = earlier["moves"]["needs"]
     return {
         "transformers": transformers.__version__,
         "torch": torch.__version__,
@@ -189,7 +206,8 @@ def table(
         "ok": totals,
         "moves": moved,
         "since": since(baseline, rows),
-        "carried": {"date": carry["date"], "columns": carried} if carried else None,
+        "carried": carried if carried["columns"] else None,
+        "kept": kept or None,
         "models": rows,
     }
 
@@ -264,6 +282,14 @@ def markdown(data: dict, model_seconds: dict[str, float]) -> str:
         " tokens, or an encoder's seeded audio or images, at batch 1 and 2, 16 new tokens; a failure here fails the"
         " generated column too)"
     )
+    kept = data.get("kept") or {}
+    for date in sorted(set(kept.values())):
+        columns = [column for column in (*SWEPT, "ablations") if kept.get(column) == date]
+        columns += [GREEDY] if "generated" in columns else []
+        lines.append(
+            f"- kept from the table of {date}, measured with this harness (their sweep records are not in this run's"
+            f" work directory): {', '.join(columns)}"
+        )
     moved_since = data.get("since")
     if moved_since:
         lines += ["", f"Since the table of {moved_since['date']} (transformers {moved_since['transformers']}):"]
@@ -296,7 +322,10 @@ def markdown(data: dict, model_seconds: dict[str, float]) -> str:
             + (f", measured with the harness of {carried['date']}" if "ablations" in carried["columns"] else "")
             + f"): {', '.join(names) or 'none'}"
         )
-    spent = ", ".join(f"{subject} {value / 3600:.1f} h" for subject, value in model_seconds.items())
+    spent = ", ".join(
+        f"{subject} {value / 3600:.1f} h" if subject not in kept else f"{subject} (kept)"
+        for subject, value in model_seconds.items()
+    )
     lines += ["", f"Time spent in the model processes (the sweep runs two at a time on 2 cores): {spent}."]
     lines += ["", "| model type | class | " + " | ".join(COLUMNS) + " |", "|---|---|" + "---|" * len(COLUMNS)]
     for row in data["models"]:
@@ -379,7 +408,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--carry",
         type=Path,
-        help="an earlier COVERAGE.json whose cells the columns without records keep, labelled as carried over",
+        help="an earlier COVERAGE.json, measured with an earlier harness, whose cells the columns without records"
+        " keep, labelled as carried over",
+    )
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="an earlier COVERAGE.json, measured with this harness, whose cells the columns without records keep (its"
+        " sweep records are on another machine or gone): e.g. re-sweep one column and keep the others",
     )
     parser.add_argument(
         "--shard",
@@ -404,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=JOBS)
     parser.add_argument("--timeout", type=float, default=TIMEOUT, help="seconds per model type and subject")
     args = parser.parse_args(argv)
+    if args.carry and args.keep:
+        parser.error("--carry and --keep: give one earlier table (--carry if the harness changed since, else --keep)")
 
     if args.compare:
         old, new = (json.loads(path.read_text()) for path in args.compare)
@@ -436,8 +474,9 @@ def main(argv: list[str] | None = None) -> int:
                 work.write_text("".join(json.dumps(line) + "\n" for line in kept))
         if {"generated", ONNX} & set(args.columns):
             generate_all(package)
+        earlier = json.loads((args.carry or args.keep).read_text()) if args.carry or args.keep else None
         for column in args.columns:
-            sweep_column(column, swept_types, args.work, package, args.jobs, args.timeout)
+            sweep_column(column, swept_types, args.work, package, args.jobs, args.timeout, earlier)
         if args.shard:
             print(f"shard {args.shard}: records in {args.work}; merge the shards with --merge", file=sys.stderr)
             return 0
@@ -447,7 +486,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     baseline = json.loads(args.baseline.read_text()) if args.baseline else None
     carry = json.loads(args.carry.read_text()) if args.carry else None
-    data = table(records, model_types, ablations, baseline, carry)
+    keep = json.loads(args.keep.read_text()) if args.keep else None
+    data = table(records, model_types, ablations, baseline, carry, keep)
     current = args.out / "COVERAGE.json"
     if baseline is None and current.exists():  # keep the comparison an earlier render made
         data["since"] = json.loads(current.read_text()).get("since")
