@@ -7,6 +7,8 @@ they touch, so untouched lines stay byte-identical.
 
 from __future__ import annotations
 
+import bisect
+
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
@@ -32,17 +34,26 @@ def _top_level_imports(module: cst.Module) -> list[tuple[int, cst.BaseSmallState
     return found
 
 
+def _member_key(name: str) -> tuple[int, str]:
+    """Where ruff's isort (order-by-type) puts an imported name: constants, then classes, then the rest."""
+    kind = 0 if name.isupper() and len(name) > 1 else 1 if name[:1].isupper() else 2
+    return kind, name
+
+
 def _with_alias(node: cst.ImportFrom, name: str) -> cst.ImportFrom:
+    """`node` importing `name` too: where ruff sorts it when the names are sorted (else last), with the separators the
+    import has (one name a line when parenthesized)."""
     names = list(node.names)
-    last = names[-1]
     if node.lpar is not None and len(names) > 1:
-        # Parenthesized, one name a line: reuse the separator between the last two names
-        names[-1] = last.with_changes(comma=names[-2].comma)
-        names.append(cst.ImportAlias(name=cst.Name(name), comma=last.comma))
+        between = names[-2].comma  # reuse the separator between the last two names
     else:
-        names[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        names.append(cst.ImportAlias(name=cst.Name(name), comma=last.comma))
-    return node.with_changes(names=names)
+        between = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    keys = [_member_key(alias.evaluated_name) for alias in names]
+    position = bisect.bisect(keys, _member_key(name)) if keys == sorted(keys) else len(names)
+    aliases = [alias.with_changes(comma=cst.MaybeSentinel.DEFAULT) for alias in names]
+    aliases.insert(position, cst.ImportAlias(name=cst.Name(name)))
+    last = aliases[-1].with_changes(comma=names[-1].comma)
+    return node.with_changes(names=[alias.with_changes(comma=between) for alias in aliases[:-1]] + [last])
 
 
 def _fitted(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLine:

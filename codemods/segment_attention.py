@@ -13,30 +13,41 @@ segments of any lengths.
 What it rewrites: in a block, the four statements
 
     L = C[1:] - C[:-1]
-    S = [torch.split(t, L.tolist(), dim=D) for t in (Q, K, V)]
+    S = [torch.split(t, L.tolist(), dim=2) for t in (Q, K, V)]
     O = [F(<args>, q, k, v, <args>, attention_mask=None, is_causal=False, <keywords>)[0] for q, k, v in zip(*S)]
-    A = torch.cat(O, dim=E)
+    A = torch.cat(O, dim=1)
 
 or `A = torch.cat([<the calls>], dim=1)` (any names; `C` and `F` names; `q`, `k`, `v` passed once each, in that
 order, and nowhere else in the call; `is_causal=False` said: with no mask, transformers' sdpa would take causality
-from the module), where the function reads `L`, `S`, `O` nowhere else. Under `torch.compiler.is_exporting()` they become: the segments' ends
-from the first start, `C - C[0]`; `torch._assert_async` that `C` does not decrease (no length < 0) and that the
-lengths add up to the sequence (`Q.shape[2]`: what `torch.split` checks); each position's segment,
-`torch.searchsorted(ends, arange, right=True)`; an additive mask, 0 within a segment and the dtype's lowest value
-across segments; and `A = F(<the same arguments>)[0]` with `Q`, `K`, `V` for `q`, `k`, `v` and the mask as
-`attention_mask` (shaped `[1, 1, S, S]`, as transformers' attention functions take it). Eager runs the original
-statements, in an `else`. No slice of `C`: a slice's length `n - 1` made export guard `n >= 3` (one segment
-refused).
+from the module), where the function reads `L`, `S`, `O` nowhere else. The edit is the smallest that makes the
+export path right: the split and the calls stay as written, and only their sizes and mask are chosen,
+
+    if torch.compiler.is_exporting():
+        split_sizes, segment_mask = [Q.shape[2]], block_diagonal_mask(C, Q)
+    else:
+        L = C[1:] - C[:-1]
+        split_sizes, segment_mask = L.tolist(), None
+    S = [torch.split(t, split_sizes, dim=2) for t in (Q, K, V)]
+    O = [F(<args>, q, k, v, <args>, attention_mask=segment_mask, ...)[0] for q, k, v in zip(*S)]
+
+so under export there is one piece, the whole sequence, attended once with a block-diagonal additive mask, and eager
+runs the original statements with the same values (`attention_mask=None`). `L` moves into the eager arm: its slices
+of `C`, traced even unused, made export guard `len(C) >= 3` (one segment refused). `block_diagonal_mask` is added to
+`transformers.masking_utils` (after `packed_sequence_mask_function`), once for every site, and imported by each
+rewritten module: each position's segment is `torch.searchsorted` of `C - C[0]`, after `torch._assert_async` that `C`
+does not decrease and that the lengths add up to the sequence (what `torch.split` checks); the mask is 0 within a
+segment and the dtype's lowest value across segments, shaped `[1, 1, S, S]` as transformers' attention functions take
+it.
 
 Equivalence: a query's softmax over its segment's keys equals its softmax over all keys with the others at the
 lowest value (their exponentials underflow to exactly 0), so outputs agree up to the order of the summation inside
 the attention kernel: rounding (measured: at most 4.8e-7 over the 18 tiny vision towers that verify, whose
-tolerance, `exportsmith/verify/tolerance.py`, is about 1.1e-5). Each query keeps at least itself, so no row is fully masked. Attention weights, if the
-function returns them, are not part of `A`.
+tolerance, `exportsmith/verify/tolerance.py`, is about 1.1e-5). Each query keeps at least itself, so no row is fully
+masked. Attention weights, if the function returns them, are not part of `A`.
 
-What it refuses (left unchanged, with a finding): the statements in a module that does not `import torch`, and in a
-function that reads `L`, `S` or `O` elsewhere or already uses the names the export arm binds. Other forms (radio's,
-which also lays out per-segment weights) are not candidates.
+What it refuses (left unchanged, with a finding): the statements in a module that does not `import torch` or defines
+its own `block_diagonal_mask`, and in a function that reads `L`, `S` or `O` elsewhere or already uses `split_sizes` or
+`segment_mask`. Other forms (radio's, which also lays out per-segment weights) are not candidates.
 """
 
 from __future__ import annotations
@@ -46,29 +57,45 @@ from collections import Counter
 import libcst as cst
 import libcst.matchers as m
 
-from .base import Codemod, export_twin, formatted_block, imports_torch
+from .base import Codemod, formatted_block, imports_torch
+from ._imports import add_from_import
 from ._walks import ReplaceNodes, name_values, statement_children
 
-# Names the export arm binds: refused where the function already uses them
-EXPORT_NAMES = ("segment_ends", "positions", "segment_ids", "segment_mask")
+# Names the rewrite binds in the function: refused where the function already uses them
+BOUND_NAMES = ("split_sizes", "segment_mask")
+# The mask helper, added to `transformers.masking_utils` and imported by each rewritten module
+HELPER = "block_diagonal_mask"
+HELPER_MODULE = "transformers.masking_utils"
+HELPER_HOME = "def create_causal_mask("  # in masking_utils' source: might_apply lets it through
+NEIGHBOUR = "packed_sequence_mask_function"  # the helper goes after it
 
-EXPORT_TEMPLATE = """
+CHOICE = """
 if torch.compiler.is_exporting():
     # One attention call, each position seeing only its own segment (split at `.tolist()`
     # sizes, every segment would have a data-dependent size)
-    pass
+    split_sizes, segment_mask = [{query}.shape[2]], block_diagonal_mask({cu}, {query})
 else:
-    pass
+    split_sizes, segment_mask = {lengths}.tolist(), None
 """
-EXPORT_STATEMENTS = """
-segment_ends = {cu} - {cu}[0]
-torch._assert_async(({cu} == {cu}.cummax(0).values).all() & (segment_ends[-1] == {query}.shape[2]))
-positions = torch.arange({query}.shape[2], device=segment_ends.device, dtype=segment_ends.dtype)
-segment_ids = torch.searchsorted(segment_ends, positions, right=True)
-segment_mask = torch.zeros(segment_ids.shape[0], segment_ids.shape[0], dtype={query}.dtype, device={query}.device)
-segment_mask = segment_mask.masked_fill(segment_ids[:, None] != segment_ids[None, :], torch.finfo({query}.dtype).min)
-{result} = {call}[0]
-"""
+
+HELPER_CODE = '''
+def block_diagonal_mask(cu_seqlens: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+    """
+    The additive attention mask of segments packed one after another along the sequence axis of `query`
+    (`[batch, heads, sequence, head_dim]`), `cu_seqlens` holding where each starts and the last one ends: 0 where a
+    query and a key are in the same segment, the dtype's lowest value elsewhere, shaped `[1, 1, sequence, sequence]`.
+    One attention call with it gives each query the keys of its own segment, as one call per segment does, without
+    splitting at the lengths' values, which torch.export cannot trace for any number of segments of any lengths.
+    """
+    segment_ends = cu_seqlens - cu_seqlens[0]
+    # what splitting at the lengths checks: none is negative, and they add up to the sequence
+    torch._assert_async((cu_seqlens == cu_seqlens.cummax(0).values).all() & (segment_ends[-1] == query.shape[2]))
+    positions = torch.arange(query.shape[2], device=segment_ends.device, dtype=segment_ends.dtype)
+    segment_ids = torch.searchsorted(segment_ends, positions, right=True)
+    mask = torch.zeros(query.shape[2], query.shape[2], dtype=query.dtype, device=query.device)
+    mask = mask.masked_fill(segment_ids[:, None] != segment_ids[None, :], torch.finfo(query.dtype).min)
+    return mask[None, None]
+'''
 
 OTHER_FORM = (
     "the pieces split at `.tolist()` sizes are not attended as one list of "
@@ -194,22 +221,51 @@ class _Site:
         self.bound = tuple(_assign(statement)[0] for statement in self.statements[:-1])
         self.result = _assign(self.statements[-1])[0]
 
-    def export_call(self) -> str:
-        """The attention call on the whole `Q`, `K`, `V`, with the segment mask."""
-        renamed = dict(zip(self.names, self.qkv))
-        args = []
-        for arg in self.call.args:
-            if arg.keyword is None and not arg.star and isinstance(arg.value, cst.Name) and arg.value.value in renamed:
-                arg = arg.with_changes(value=cst.Name(renamed[arg.value.value]))
-            elif arg.keyword is not None and arg.keyword.value == "attention_mask":
-                arg = arg.with_changes(value=cst.parse_expression("segment_mask[None, None]"))
-            args.append(arg)
-        # one line: black lays it out where the export arm is
-        args = [arg.with_changes(comma=cst.MaybeSentinel.DEFAULT, whitespace_after_arg=cst.SimpleWhitespace("")) for arg in args]
-        call = self.call.with_changes(
-            args=args, whitespace_before_args=cst.SimpleWhitespace(""), whitespace_after_func=cst.SimpleWhitespace("")
-        )
-        return cst.Module([]).code_for_node(call)
+    def statements_after(self, depth: int, indent: int) -> list[cst.BaseStatement]:
+        """The site's statements as the rewrite leaves them: the split at `split_sizes` and the call with
+        `attention_mask=segment_mask` (`depth`: their block's), each laid out as ruff would lay out its new length."""
+        lengths = self.statements[0].body[0].targets[0].target.value
+        tolist = m.Call(func=m.Attribute(value=m.Name(lengths), attr=m.Name("tolist")), args=[])
+        split = self.statements[1]
+        found = [node for node in _nodes(split) if m.matches(node, tolist)]
+        split = split.visit(ReplaceNodes({found[0]: cst.Name("split_sizes")}))
+        args = [
+            arg.with_changes(value=cst.Name("segment_mask"))
+            if arg.keyword is not None and arg.keyword.value == "attention_mask"
+            else arg
+            for arg in self.call.args
+        ]
+        called = self.statements[2].visit(ReplaceNodes({self.call: self.call.with_changes(args=args)}))
+        changed = formatted_block([split, called], depth, indent).body
+        changed = [new.with_changes(leading_lines=old.leading_lines) for new, old in zip(changed, self.statements[1:3])]
+        return [*changed, *self.statements[3:]]
+
+
+def _module_names(tree: cst.Module) -> set[str]:
+    """The names the module's top-level defs, classes, assignments and imports bind (an import of the helper from
+    masking_utils does not count: a rewrite of the module already made it)."""
+    names = set()
+    for stmt in tree.body:
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            names.add(stmt.name.value)
+        elif isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                    module = cst.helpers.get_full_name_for_node(small.module) if small.module else ""
+                    if module.split(".")[-1] != "masking_utils":
+                        names.update(alias.evaluated_alias or alias.evaluated_name for alias in small.names)
+                elif isinstance(small, cst.Assign):
+                    names.update(t.target.value for t in small.targets if isinstance(t.target, cst.Name))
+    return names
+
+
+def _nodes(node: cst.CSTNode):
+    """`node` and every node under it."""
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        yield current
+        pending.extend(current.children)
 
 
 def _sites(block: cst.IndentedBlock) -> list[_Site | None]:
@@ -285,10 +341,13 @@ class SegmentAttention(Codemod):
 
     @classmethod
     def might_apply(cls, source: str) -> bool:
-        return ".tolist()" in source and "torch.split(" in source
+        return ".tolist()" in source and "torch.split(" in source or HELPER_HOME in source
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        if self.context.full_module_name == HELPER_MODULE:
+            return self._add_helper(tree)
         has_torch = imports_torch(tree)
+        defined = _module_names(tree)
         replacements = {}
         rewritten = set()
         indent = len(tree.default_indent)
@@ -301,7 +360,7 @@ class SegmentAttention(Codemod):
                 if site is None:
                     self.report(line, "refused", construct, OTHER_FORM)
                     continue
-                reason = self._refusal(function, site, has_torch)
+                reason = self._refusal(function, site, has_torch, defined)
                 if reason is not None:
                     self.report(line, "refused", construct, reason)
                     continue
@@ -315,13 +374,33 @@ class SegmentAttention(Codemod):
             stmt.visit(ReplaceNodes(replacements)) if index in rewritten else stmt
             for index, stmt in enumerate(tree.body)
         ]
-        return tree.with_changes(body=body)
+        return self._import_helper(tree.with_changes(body=body))
+
+    def _import_helper(self, tree: cst.Module) -> cst.Module:
+        """Imports the mask helper from masking_utils: relative when the module lives inside transformers."""
+        parts = (self.context.full_module_name or "").split(".")
+        if parts[0] == "transformers" and len(parts) > 1:
+            return add_from_import(tree, "masking_utils", len(parts) - 1, HELPER)
+        return add_from_import(tree, HELPER_MODULE, 0, HELPER)
+
+    def _add_helper(self, tree: cst.Module) -> cst.Module:
+        """masking_utils with the mask helper after the packed-sequence mask function (else at the end)."""
+        names = [stmt.name.value if isinstance(stmt, cst.FunctionDef) else None for stmt in tree.body]
+        if HELPER in names:
+            return tree  # rewritten by an earlier run
+        after = names.index(NEIGHBOUR) + 1 if NEIGHBOUR in names else len(names)
+        helper = cst.parse_statement(HELPER_CODE).with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+        line = self.top_level_line(tree, tree.body[after - 1])
+        self.report(line, "rewritten", HELPER, "added after this line: the mask a rewritten segment attention takes")
+        return tree.with_changes(body=[*tree.body[:after], helper, *tree.body[after:]])
 
     @staticmethod
-    def _refusal(function: cst.FunctionDef, site: _Site, has_torch: bool) -> str | None:
+    def _refusal(function: cst.FunctionDef, site: _Site, has_torch: bool, defined: set[str]) -> str | None:
         if not has_torch:
             return "the module does not `import torch`"
-        taken = sorted(name_values(function) & set(EXPORT_NAMES))
+        if HELPER in defined:
+            return f"the module already defines `{HELPER}`"
+        taken = sorted(name_values(function) & set(BOUND_NAMES))
         if taken:
             return f"the function already uses `{'`, `'.join(taken)}`"
         # the names the site's statements bind, named anywhere else in the function (more often than in the site):
@@ -335,17 +414,15 @@ class SegmentAttention(Codemod):
 
     @staticmethod
     def _rewrite(block: cst.IndentedBlock, site: _Site, depth: int, indent: int) -> cst.IndentedBlock:
-        """`block` with the site's four statements replaced by their export twin; `depth`: the block's."""
-        code = EXPORT_STATEMENTS.format(
-            cu=site.cu,
-            query=site.qkv[0],
-            result=site.result,
-            call=site.export_call(),
-        )
-        export = formatted_block(list(cst.parse_module(code).body), depth + 1, indent).body
-        statements = list(site.statements)
-        twin = export_twin(EXPORT_TEMPLATE, statements, statements[0].leading_lines, export=list(export))
+        """`block` with the site's lengths in the eager arm of a choice of the split sizes and the mask, the split at
+        those sizes and the call given that mask; `depth`: the block's."""
+        lengths = site.statements[0]
+        code = CHOICE.format(cu=site.cu, query=site.qkv[0], lengths=lengths.body[0].targets[0].target.value)
+        choice = formatted_block(list(cst.parse_module(code).body), depth, indent).body[0]
+        eager = choice.orelse.body
+        eager = eager.with_changes(body=[lengths.with_changes(leading_lines=()), *eager.body])
+        choice = choice.with_changes(leading_lines=lengths.leading_lines, orelse=choice.orelse.with_changes(body=eager))
         body = list(block.body)
-        start = next(index for index, statement in enumerate(body) if statement is statements[0])
-        body[start : start + len(statements)] = [twin]
+        start = next(index for index, statement in enumerate(body) if statement is site.statements[0])
+        body[start : start + len(site.statements)] = [choice, *site.statements_after(depth, indent)]
         return block.with_changes(body=body)

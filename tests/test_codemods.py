@@ -20,6 +20,7 @@ MODULE_NAMES = {
     "remote_code": None,
     "shared_module": "transformers.masking_utils",
     "vision_helpers": "transformers.vision_utils",
+    "masking_utils_helper": "transformers.masking_utils",
 }
 DEFAULT_MODULE = "transformers.models.toy.modeling_toy"
 
@@ -421,6 +422,21 @@ def test_an_import_that_grows_past_the_line_length_is_parenthesized_one_name_a_l
     assert code.startswith(f"from ...cache_utils import (\n{expected}    register_cache_pytree_node,\n)\n\nx = 1")
     short = add_from_import(cst.parse_module("from ...cache_utils import Cache\n"), "cache_utils", 3, "Dynamic")
     assert short.code == "from ...cache_utils import Cache, Dynamic\n"
+
+
+def test_an_added_import_name_goes_where_ruff_sorts_it():
+    from codemods._imports import add_from_import
+
+    one_line = cst.parse_module("from ...masking_utils import create_causal_mask, sdpa_mask\n")
+    code = add_from_import(one_line, "masking_utils", 3, "block_diagonal_mask").code
+    assert code == "from ...masking_utils import block_diagonal_mask, create_causal_mask, sdpa_mask\n"
+    code = add_from_import(one_line, "masking_utils", 3, "packed_mask").code
+    assert code == "from ...masking_utils import create_causal_mask, packed_mask, sdpa_mask\n"
+    one_a_line = cst.parse_module("from ...cache_utils import (\n    CONSTANT,\n    Cache,\n    zeta,\n)\n")
+    code = add_from_import(one_a_line, "cache_utils", 3, "DynamicCache").code
+    assert code == "from ...cache_utils import (\n    CONSTANT,\n    Cache,\n    DynamicCache,\n    zeta,\n)\n"
+    unsorted = cst.parse_module("from ...cache_utils import b, a\n")  # not ruff's order: the name goes last
+    assert add_from_import(unsorted, "cache_utils", 3, "c").code == "from ...cache_utils import b, a, c\n"
 
 
 def _vmap_findings(case: str):

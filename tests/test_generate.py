@@ -240,7 +240,8 @@ def test_regeneration_keeps_verification_records_and_check_ignores_them(tmp_path
 
 def test_a_shared_module_rewritten_in_place_is_vendored_whole_and_models_import_it(rendered):
     text = rendered.files["_shared/masking_utils.py"]
-    assert "# codemods: pad-to-min-length, export-early-return, vmap-masks" in text
+    assert "# codemods: pad-to-min-length, export-early-return, segment-attention, vmap-masks" in text
+    assert "\ndef block_diagonal_mask(cu_seqlens: torch.Tensor, query: torch.Tensor) -> torch.Tensor:\n" in text
     # under export the masks are broadcast, in eager vmap stays (as transformers has it)
     assert "if torch.compiler.is_exporting():" in text and "def broadcast_mask_function(*indices):" in text
     assert "with nullcontext() if torch.compiler.is_exporting() else TransformGetItemToIndex():" in text

@@ -15,9 +15,11 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 from unittest import mock
 
 import libcst as cst
@@ -28,13 +30,14 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.models.qwen2_vl.modeling_qwen2_vl import eager_attention_forward
 
 from codemods.base import EXPORTING
-from codemods.segment_attention import SegmentAttention
+from codemods.segment_attention import HELPER, SegmentAttention
 from exportsmith.discover import find_transformers
 from exportsmith.pipeline import run_codemods
 from exportsmith.verify.tolerance import allowed
 from source_modules import model_pair
 
 FIXTURES = Path(__file__).parent / "fixtures" / "segment_attention"
+VENDORED_IMPORT = f"from generated._shared.masking_utils import {HELPER}"
 DIM, HEADS = 16, 2
 # segment lengths: one, several, an empty one, one position each
 LAYOUTS = [[9], [3, 7, 1], [4, 0, 6], [1, 1, 1, 1], [2, 5]]
@@ -51,9 +54,18 @@ def _inputs(lengths: list[int], seed: int = 0) -> tuple[torch.Tensor, torch.Tens
     return hidden, cu_seqlens
 
 
+def _vendored(change):
+    """`change` with the rewritten module importing the mask helper as the vendored copy does (from
+    `generated._shared.masking_utils`, which segment-attention wrote into the committed copy of masking_utils)."""
+    rewritten = change.rewritten.replace(f"from ...masking_utils import {HELPER}", VENDORED_IMPORT)
+    assert rewritten != change.rewritten
+    return SimpleNamespace(original=change.original, rewritten=rewritten)
+
+
 def _pair(model_class: str, implementation: str):
     change = _change("packed_attention")
     assert change.applied == ("segment-attention",)
+    change = _vendored(change)
     original, rewritten = model_pair(change, model_class, f"segments_{model_class}_{implementation}")
     original.implementation = rewritten.implementation = implementation
     return original, rewritten
@@ -117,9 +129,12 @@ def test_refusals_are_reported_with_their_reasons():
     for construct in ("weights_kept", "mask_passed", "causality_of_the_module"):
         assert "is_causal=False" in reasons[construct]
     assert reasons["lengths_read_after"] == "the function reads `lengths` outside the split attention"
-    assert reasons["names_taken"] == "the function already uses `segment_ids`"
+    assert reasons["names_taken"] == "the function already uses `segment_mask`"
     change = _change("refuse_no_torch_import")
     assert [finding.reason for finding in change.findings] == ["the module does not `import torch`"]
+    change = _change("refuse_helper_defined")
+    assert not change.changed
+    assert [finding.reason for finding in change.findings] == [f"the module already defines `{HELPER}`"]
 
 
 class _Module:
@@ -136,29 +151,59 @@ class _Module:
         raise AttributeError(name)
 
 
-def _twins(tree: cst.Module) -> list[cst.If]:
-    """The export twins segment-attention made: `if torch.compiler.is_exporting():` arms that bind `segment_mask`."""
+def _rewritten_sites(tree: cst.Module) -> list[list[cst.BaseStatement]]:
+    """The statements of each site segment-attention rewrote: the `if torch.compiler.is_exporting():` that chooses
+    `split_sizes, segment_mask`, through the `torch.cat` of the attention outputs."""
     found = []
 
     class Finder(cst.CSTVisitor):
-        def visit_If(self, node: cst.If) -> None:
-            if cst.matchers.matches(node.test, EXPORTING) and "segment_mask = " in cst.Module([node]).code:
-                found.append(node)
+        def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+            body = list(node.body)
+            for index, statement in enumerate(body):
+                if not isinstance(statement, cst.If) or not cst.matchers.matches(statement.test, EXPORTING):
+                    continue
+                if "split_sizes, segment_mask = " not in _code([statement]):
+                    continue
+                end = next(j for j in range(index + 1, len(body)) if re.match(r"\w+ = torch\.cat\(", _code(body[j:j + 1])))
+                found.append(body[index : end + 1])
 
     tree.visit(Finder())
     return found
 
 
-def _run_arm(statements, names: dict) -> dict:
-    code = textwrap.dedent("".join(cst.Module([]).code_for_node(statement) for statement in statements))
+def _code(statements) -> str:
+    return textwrap.dedent("".join(cst.Module([]).code_for_node(statement) for statement in statements).lstrip("\n"))
+
+
+def _as_written(site: list[cst.BaseStatement]) -> str:
+    """The statements the site had before the rewrite: its lengths (the choice's eager arm), the split at
+    `lengths.tolist()`, the calls without a mask."""
+    lengths = site[0].orelse.body.body[0]
+    name = lengths.body[0].targets[0].target.value
+    after = _code(site[1:]).replace("split_sizes", f"{name}.tolist()").replace("attention_mask=segment_mask", "attention_mask=None")
+    return _code([lengths]) + after
+
+
+def _run(code: str, names: dict) -> dict:
     namespace = dict(names)
-    exec(compile(code, "<arm>", "exec"), namespace)
+    exec(compile(code, "<site>", "exec"), namespace)
     return namespace
 
 
-def _site_names(eager: list[cst.BaseStatement]) -> tuple[str, tuple[str, str, str], str, str]:
-    """(cu_seqlens name, (Q, K, V) names, attention function name, result name) read from the eager arm's text."""
-    code = "".join(cst.Module([]).code_for_node(statement) for statement in eager)
+def _statement_runs(module: ast.Module) -> set[tuple[str, ...]]:
+    """Every run of consecutive statements of every block in `module`, as `ast.dump`s."""
+    runs = set()
+    for node in ast.walk(module):
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                dumps = [ast.dump(statement) for statement in block]
+                runs.update(tuple(dumps[i:j]) for i in range(len(dumps)) for j in range(i + 1, min(i + 5, len(dumps)) + 1))
+    return runs
+
+
+def _site_names(code: str) -> tuple[str, tuple[str, str, str], str, str]:
+    """(cu_seqlens name, (Q, K, V) names, attention function name, result name) read from the original statements."""
     cu = re.search(r"= (\w+)\[1:\] - \1\[:-1\]", code).group(1)
     qkv = re.search(r"for \w+ in \((\w+), (\w+), (\w+)\)", code).groups()
     function = re.search(r"(\w+)\(\s*[^()]*?\b\w+,\s*\w+,\s*\w+,\s*attention_mask=None", code, re.S).group(1)
@@ -167,6 +212,10 @@ def _site_names(eager: list[cst.BaseStatement]) -> tuple[str, tuple[str, str, st
 
 
 def test_every_site_generate_rewrites_gives_the_same_attention_on_both_arms():
+    """Each site's statements as written (found among the original file's statements), run against the rewritten
+    ones: bit-identical in eager, within rounding under export."""
+    from generated._shared.masking_utils import block_diagonal_mask
+
     tf = find_transformers()
     paths = [
         path
@@ -176,26 +225,33 @@ def test_every_site_generate_rewrites_gives_the_same_attention_on_both_arms():
     ]
     sites = exercised = 0
     for path in paths:
-        change = run_codemods(path.read_text(encoding="utf-8"), path.name, tf.module_name(path))
+        source = path.read_text(encoding="utf-8")
+        change = run_codemods(source, path.name, tf.module_name(path))
         rewritten = [f for f in change.findings if f.codemod == SegmentAttention.NAME and f.kind == "rewritten"]
-        twins = _twins(cst.parse_module(change.rewritten))
-        assert len(twins) == len(rewritten), path
+        found = _rewritten_sites(cst.parse_module(change.rewritten))
+        assert len(found) == len(rewritten), path
         sites += len(rewritten)
-        for twin in twins:
-            cu, (q, k, v), function, result = _site_names(list(twin.orelse.body.body))
+        written = _statement_runs(ast.parse(source))
+        for site in found:
+            original = _as_written(site)
+            assert tuple(ast.dump(s) for s in ast.parse(original).body) in written, (path, original)
+            after = _code(site)
+            cu, (q, k, v), function, result = _site_names(original)
             for seed, lengths in enumerate(LAYOUTS):
                 generator = torch.Generator().manual_seed(seed)
                 tensors = [torch.randn(1, HEADS, sum(lengths), 8, generator=generator) for _ in range(3)]
                 cu_seqlens = torch.tensor([0, *lengths]).cumsum(0).to(torch.int32)
                 for attention in (sdpa_attention_forward, eager_attention_forward):
                     names = {"torch": torch, "self": _Module(), "kwargs": {}, cu: cu_seqlens, function: attention}
-                    names.update(zip((q, k, v), tensors))
+                    names.update(zip((q, k, v), tensors), **{HELPER: block_diagonal_mask})
                     try:
-                        expected = _run_arm(twin.orelse.body.body, names)[result]
+                        expected = _run(original, names)[result]
                     except RuntimeError:  # transformers' sdpa cannot reshape an empty segment: nothing to match
                         assert 0 in lengths and attention is sdpa_attention_forward, path
                         continue
-                    actual = _run_arm(twin.body.body, names)[result]
+                    assert torch.equal(_run(after, names)[result], expected), path
+                    with mock.patch("torch.compiler.is_exporting", return_value=True):
+                        actual = _run(after, names)[result]
                     assert actual.shape == expected.shape, path
                     assert (actual - expected).abs().max().item() <= allowed([expected]), (path, lengths)
             exercised += 1

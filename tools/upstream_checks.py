@@ -240,6 +240,7 @@ def main() -> int:
             models, base_modular, patched_modular, copies_check(base), copies_check(patched), time.time() - start
         )
         text += "\n" + checks
+    args.work.mkdir(parents=True, exist_ok=True)
     (args.work / "report.md").write_text(text + "\n", encoding="utf-8")
     print(text)
     return status
