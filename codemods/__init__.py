@@ -5,6 +5,7 @@ from .cache_pytree import CachePytreeRegistration
 from .cond_branches import CondBranches
 from .conv_output_tail import ConvOutputTail
 from .exclusive_cumsum import ExclusiveCumsum
+from .fp16_clamp import Fp16Clamp
 from .export_early_return import ExportEarlyReturn
 from .moe_expert_loop import MoeExpertLoop
 from .pad_to_min_length import PadToMinLength
@@ -24,6 +25,7 @@ ALL_CODEMODS: tuple[type[Codemod], ...] = (
     TakeAlongDimGather,
     ExportEarlyReturn,
     MoeExpertLoop,
+    Fp16Clamp,
     CondBranches,
     SegmentAttention,
     VisionGridLoops,
