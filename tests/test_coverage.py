@@ -215,7 +215,8 @@ def test_columns_without_records_keep_a_table_of_this_harness_and_its_own_carrie
     records["onnx"] = {"a": record("mismatch", "max|diff|=1")}
     data = coverage.table(records, ["a", "b"], {}, keep=earlier)
     rows = {row["model_type"]: row for row in data["models"]}
-    assert data["kept"] == {"original": "2026-02-02", "dynamo-exporter": "2026-02-02", "generated": "2026-02-02"}
+    whole = {"date": "2026-02-02", "cells": 2}
+    assert data["kept"] == {"original": whole, "dynamo-exporter": whole, "generated": whole, "greedy": whole}
     assert data["carried"] == {"date": "2026-01-01", "columns": ["ablations"]}  # onnx is swept in this run
     assert rows["a"]["generated"]["status"] == "ok" and rows["a"][coverage.GREEDY]["status"] == "ok"
     assert rows["a"]["onnx"]["status"] == "mismatch" and rows["b"]["onnx"]["status"] == "skipped"
@@ -234,6 +235,15 @@ def test_columns_without_records_keep_a_table_of_this_harness_and_its_own_carrie
     finally:
         coverage.sweep = coverage_sweep
     assert swept == ["a"]
+    # a column re-swept for some model types keeps the earlier cells of the others
+    records["generated"] = {"b": record("ok")}
+    data = coverage.table(records, ["a", "b"], {}, keep=earlier)
+    rows = {row["model_type"]: row for row in data["models"]}
+    assert rows["a"]["generated"]["status"] == "ok" and rows["b"]["generated"]["status"] == "ok"
+    assert data["kept"]["generated"] == {"date": "2026-02-02", "cells": 1}
+    text = coverage.markdown(data, {column: 3600.0 * (column in ("onnx", "generated")) for column in coverage.SWEPT})
+    assert "original, dynamo-exporter, generated (1 cell, the others re-swept in this run), greedy (1 cell" in text
+    assert "generated 1.0 h" in text
 
 
 def test_shards_split_the_model_types_into_disjoint_interleaved_slices():

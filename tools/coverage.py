@@ -160,24 +160,28 @@ def table(
     cells from an earlier COVERAGE.json: with `carry`, one measured with an earlier harness, and the table says the
     column was not re-swept with this harness; with `keep`, one measured with this same harness (its sweep records are
     on another machine, or gone with a fresh clone), and the table says where the cells come from, while the columns
-    that table itself carried over stay carried over, with their date."""
+    that table itself carried over stay carried over, with their date. With `keep`, a column swept for some model
+    types only (`--models`) keeps that table's cells for the others."""
     earlier = carry if carry is not None else keep
     empty = [column for column in SWEPT if not records[column]] if earlier is not None else []
     if earlier is not None and not ablations and earlier.get("moves", {}).get("needs"):
         empty.append("ablations")  # tools/ablation.py's records: not in this work directory
-    carried, kept = {"date": None, "columns": []}, {}
+    carried, kept, partial = {"date": None, "columns": []}, {}, []
     if carry is not None:
         carried = {"date": carry["date"], "columns": empty}
     elif keep is not None:
         was = keep.get("carried") or {"date": None, "columns": []}
         carried = {"date": was["date"], "columns": [column for column in empty if column in was["columns"]]}
-        kept = {column: (keep.get("kept") or {}).get(column, keep["date"]) for column in empty}
-        kept = {column: date for column, date in kept.items() if column not in carried["columns"]}
-    before = {row["model_type"]: row for row in earlier["models"]} if empty else {}
+        dates = {column: (keep.get("kept") or {}).get(column, {}).get("date", keep["date"]) for column in SWEPT}
+        kept = {column: {"date": dates[column], "cells": 0} for column in empty if column not in carried["columns"]}
+        if "ablations" in kept:
+            kept["ablations"]["date"] = (keep.get("kept") or {}).get("ablations", {}).get("date", keep["date"])
+        partial = [column for column in SWEPT if records[column] and column not in was["columns"]]
+    before = {row["model_type"]: row for row in earlier["models"]} if earlier is not None else {}
     rows = []
     for name in model_types:
         classes = {records[subject].get(name, {}).get("model_class") for subject in SUBJECTS} - {None}
-        if name in before:
+        if name in before and (empty or partial):
             classes.add(before[name].get("model_class"))
             classes.discard(None)
         row = {
@@ -186,13 +190,18 @@ def table(
             **{column: cell(records[column].get(name)) for column in SWEPT},
             GREEDY: greedy_cell(records["generated"].get(name)),
         }
-        for column in set(empty) & set(SWEPT) | ({GREEDY} if "generated" in empty else set()):
+        taken = set(empty) & set(SWEPT) | {column for column in partial if name not in records[column]}
+        for column in taken | ({GREEDY} if "generated" in taken else set()):
             row[column] = dict(before.get(name, {}).get(column) or cell(None))
+            if column in kept or column in partial:
+                kept.setdefault(column, {"date": dates[column], "cells": 0})["cells"] += name in before
         if ONNX in empty and row[ONNX]["status"] == "skipped" and row["generated"]["status"] == "ok":
             row[ONNX] = cell(None)  # the copy verifies now: ONNX not tried yet
         if (name not in records[ONNX] or ONNX in empty) and row["generated"]["status"] not in ("ok", "not-run"):
             row[ONNX] = dict(SKIPPED)
         rows.append(row)
+    if "generated" in kept:
+        kept[GREEDY] = dict(kept["generated"])  # read from the generated column's records
     totals = {column: sum(row[column]["status"] == "ok" for row in rows) for column in COLUMNS}
     moved = moves(rows, ablations)
     if "ablations" in empty:
@@ -283,9 +292,14 @@ def markdown(data: dict, model_seconds: dict[str, float]) -> str:
         " generated column too)"
     )
     kept = data.get("kept") or {}
-    for date in sorted(set(kept.values())):
-        columns = [column for column in (*SWEPT, "ablations") if kept.get(column) == date]
-        columns += [GREEDY] if "generated" in columns else []
+    for date in sorted({entry["date"] for entry in kept.values()}):
+        columns = [
+            column
+            if not entry["cells"] or entry["cells"] == total
+            else f"{column} ({entry['cells']} cell{'s' * (entry['cells'] > 1)}, the others re-swept in this run)"
+            for column, entry in sorted(kept.items(), key=lambda item: (*COLUMNS, "ablations").index(item[0]))
+            if entry["date"] == date
+        ]
         lines.append(
             f"- kept from the table of {date}, measured with this harness (their sweep records are not in this run's"
             f" work directory): {', '.join(columns)}"
@@ -323,7 +337,7 @@ def markdown(data: dict, model_seconds: dict[str, float]) -> str:
             + f"): {', '.join(names) or 'none'}"
         )
     spent = ", ".join(
-        f"{subject} {value / 3600:.1f} h" if subject not in kept else f"{subject} (kept)"
+        f"{subject} (kept)" if subject in kept and not value else f"{subject} {value / 3600:.1f} h"
         for subject, value in model_seconds.items()
     )
     lines += ["", f"Time spent in the model processes (the sweep runs two at a time on 2 cores): {spent}."]
