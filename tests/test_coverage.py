@@ -244,6 +244,17 @@ def test_columns_without_records_keep_a_table_of_this_harness_and_its_own_carrie
     text = coverage.markdown(data, {column: 3600.0 * (column in ("onnx", "generated")) for column in coverage.SWEPT})
     assert "original, dynamo-exporter, generated (1 cell, the others re-swept in this run), greedy (1 cell" in text
     assert "generated 1.0 h" in text
+    # an interrupted re-sweep of a column that table carried over: the cells not reached stay carried, and say so
+    records["onnx"] = {}
+    records["original"] = {"a": record("ok")}
+    earlier["carried"]["columns"].append("original")
+    data = coverage.table(records, ["a", "b"], {}, keep=earlier)
+    rows = {row["model_type"]: row for row in data["models"]}
+    assert "carried" not in rows["a"]["original"] and rows["b"]["original"]["carried"] == "2026-01-01"
+    assert data["carried"]["cells"] == {"original": 1} and "onnx" in data["carried"]["columns"]
+    text = coverage.markdown(data, {column: 0.0 for column in coverage.SWEPT})
+    assert "; 1 cells carried over from the table of 2026-01-01, not re-swept with this harness yet)" in text
+    assert "| b | FooModel | **guard-rejected**:  (carried over) |" in text
 
 
 def test_shards_split_the_model_types_into_disjoint_interleaved_slices():

@@ -11,6 +11,7 @@
     python tools/coverage.py --merge build/shard1 ... build/shard4   # their records, one table
     python tools/coverage.py --compare OLD.json NEW.json   # the model types that moved between two tables
     python tools/coverage.py --columns onnx --keep OLD.json   # re-sweep one column, keep the others' cells
+    python tools/coverage.py --columns onnx --keep OLD.json --carried-only   # go on with an interrupted re-sweep
 
 Steps: `exportsmith generate --all` into `build/coverage/generated`; then, for each subject of
 `exportsmith.verify.check.SUBJECTS` (the original with no help, the original through transformers' DynamoExporter,
@@ -166,7 +167,7 @@ def table(
     empty = [column for column in SWEPT if not records[column]] if earlier is not None else []
     if earlier is not None and not ablations and earlier.get("moves", {}).get("needs"):
         empty.append("ablations")  # tools/ablation.py's records: not in this work directory
-    carried, kept, partial = {"date": None, "columns": []}, {}, []
+    carried, kept, resumed = {"date": None, "columns": []}, {}, []
     if carry is not None:
         carried = {"date": carry["date"], "columns": empty}
     elif keep is not None:
@@ -176,12 +177,12 @@ def table(
         kept = {column: {"date": dates[column], "cells": 0} for column in empty if column not in carried["columns"]}
         if "ablations" in kept:
             kept["ablations"]["date"] = (keep.get("kept") or {}).get("ablations", {}).get("date", keep["date"])
-        partial = [column for column in SWEPT if records[column] and column not in was["columns"]]
+        resumed = [column for column in SWEPT if records[column]]
     before = {row["model_type"]: row for row in earlier["models"]} if earlier is not None else {}
     rows = []
     for name in model_types:
         classes = {records[subject].get(name, {}).get("model_class") for subject in SUBJECTS} - {None}
-        if name in before and (empty or partial):
+        if name in before and (empty or resumed):
             classes.add(before[name].get("model_class"))
             classes.discard(None)
         row = {
@@ -190,18 +191,24 @@ def table(
             **{column: cell(records[column].get(name)) for column in SWEPT},
             GREEDY: greedy_cell(records["generated"].get(name)),
         }
-        taken = set(empty) & set(SWEPT) | {column for column in partial if name not in records[column]}
+        taken = set(empty) & set(SWEPT) | {column for column in resumed if name not in records[column]}
         for column in taken | ({GREEDY} if "generated" in taken else set()):
             row[column] = dict(before.get(name, {}).get(column) or cell(None))
-            if column in kept or column in partial:
+            if column in resumed and column in was["columns"] and name in before:
+                # a cell of a column that table carried over: not measured with this harness, and said so
+                row[column]["carried"] = was["date"]
+            elif column in kept or column in resumed:
                 kept.setdefault(column, {"date": dates[column], "cells": 0})["cells"] += name in before
-        if ONNX in empty and row[ONNX]["status"] == "skipped" and row["generated"]["status"] == "ok":
+        if ONNX in taken and row[ONNX]["status"] == "skipped" and row["generated"]["status"] == "ok":
             row[ONNX] = cell(None)  # the copy verifies now: ONNX not tried yet
         if (name not in records[ONNX] or ONNX in empty) and row["generated"]["status"] not in ("ok", "not-run"):
             row[ONNX] = dict(SKIPPED)
         rows.append(row)
     if "generated" in kept:
         kept[GREEDY] = dict(kept["generated"])  # read from the generated column's records
+    cells = {column: sum("carried" in row[column] for row in rows) for column in resumed}
+    if any(cells.values()):
+        carried["cells"] = {column: count for column, count in cells.items() if count}
     totals = {column: sum(row[column]["status"] == "ok" for row in rows) for column in COLUMNS}
     moved = moves(rows, ablations)
     if "ablations" in empty:
@@ -215,7 +222,7 @@ def table(
         "ok": totals,
         "moves": moved,
         "since": since(baseline, rows),
-        "carried": carried if carried["columns"] else None,
+        "carried": carried if carried["columns"] or carried.get("cells") else None,
         "kept": kept or None,
         "models": rows,
     }
@@ -227,6 +234,8 @@ def short(text: str) -> str:
 
 
 def markdown_cell(entry: dict) -> str:
+    if entry.get("carried"):
+        return markdown_cell({key: value for key, value in entry.items() if key != "carried"}) + " (carried over)"
     if entry["status"] == "ok":
         return "ok"
     if entry["status"] == "skipped":
@@ -250,6 +259,9 @@ def unswept(data: dict, column: str) -> str:
     carried = data.get("carried")
     if carried and column in carried["columns"]:
         return f"; carried over from the table of {carried['date']}, not re-swept with this harness"
+    cells = (carried or {}).get("cells", {}).get(column)
+    if cells:
+        return f"; {cells} cells carried over from the table of {carried['date']}, not re-swept with this harness yet"
     missing = sum(row[column]["status"] == "not-run" for row in data["models"])
     return f"; {missing} not swept yet" if missing else ""
 
@@ -451,6 +463,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar=("OLD", "NEW"),
         help="print the model types that moved between two COVERAGE.json tables, and exit",
     )
+    parser.add_argument(
+        "--carried-only",
+        action="store_true",
+        help="with --keep: sweep only the model types whose cells of --columns that table carried over from an"
+        " earlier harness (an interrupted re-sweep goes on where it stopped)",
+    )
     parser.add_argument("--jobs", type=int, default=JOBS)
     parser.add_argument("--timeout", type=float, default=TIMEOUT, help="seconds per model type and subject")
     args = parser.parse_args(argv)
@@ -473,6 +491,17 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as error:
             parser.error(str(error))
     swept_types = args.models or model_types
+    if args.carried_only:
+        if not args.keep:
+            parser.error("--carried-only reads the carried cells of the table given with --keep")
+        kept_table = json.loads(args.keep.read_text())
+        wholly = (kept_table.get("carried") or {}).get("columns", [])
+        swept_types = [
+            row["model_type"]
+            for row in kept_table["models"]
+            if row["model_type"] in swept_types
+            and any("carried" in row[column] or column in wholly for column in args.columns)
+        ]
     if args.shard:
         try:
             swept_types = shard(swept_types, args.shard)
