@@ -34,3 +34,14 @@ def test_edited_models_are_read_from_the_patch_paths(tmp_path):
     (tmp_path / "0000-llama.patch").write_text(PATCH)
     (tmp_path / "series").write_text("0000-llama.patch\n")
     assert upstream_checks.edited_models(tmp_path) == ["llama"]
+
+
+def test_a_mismatch_the_released_tree_has_already_is_added_only_when_the_series_changes_it():
+    ok = {"status": "ok", "files": [], "diffs": {}}
+    old = {"status": "mismatch", "files": ["processing_x.py"], "diffs": {"processing_x.py": ["-a", "+b"]}}
+    assert not upstream_checks.added_mismatch(ok, ok)
+    assert upstream_checks.added_mismatch(ok, old)  # passed released, fails patched
+    assert not upstream_checks.added_mismatch(old, dict(old))  # the same difference on both trees
+    worse = {"status": "mismatch", "files": ["modeling_x.py", "processing_x.py"], "diffs": {**old["diffs"], "modeling_x.py": ["+c"]}}
+    assert upstream_checks.added_mismatch(old, worse)
+    assert not upstream_checks.added_mismatch(old, ok)  # fixed by the series
