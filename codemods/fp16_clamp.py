@@ -83,11 +83,17 @@ def _site(node: cst.If) -> tuple[str, str, str, str] | None:
 
 
 def _is_candidate(node: cst.CSTNode) -> bool:
-    return type(node) is cst.If and _site(node) is not None
+    # cheap: an `and` whose left side tests a dtype; `_site` reads the rest once, in `_candidates`
+    return type(node) is cst.If and m.matches(node.test, m.BooleanOperation(operator=m.And()))
 
 
-def _candidates(owner: cst.BaseStatement) -> list[tuple[cst.If, str]]:
-    return [(node, qualname or "<module>") for node, qualname, _ in scoped_nodes(owner, (cst.If,)) if _site(node)]
+def _candidates(owner: cst.BaseStatement) -> list[tuple[cst.If, str, tuple[str, str, str, str]]]:
+    found = []
+    for node, qualname, _ in scoped_nodes(owner, (cst.If,)):
+        site = _site(node)
+        if site is not None:
+            found.append((node, qualname or "<module>", site))
+    return found
 
 
 class Fp16Clamp(Codemod):
@@ -105,22 +111,22 @@ class Fp16Clamp(Codemod):
         candidates, owners = candidates_in_statements(tree, _is_candidate, _candidates)
         if not candidates:
             return tree
-        statements = CandidateStatements(self, tree, [owners[node] for node, _ in candidates], kinds=(cst.If,))
+        statements = CandidateStatements(self, tree, [owners[node] for node, _, _ in candidates], kinds=(cst.If,))
         has_torch = imports_torch(tree)
         indent = len(tree.default_indent)
         replacements = {}
-        for node, construct in candidates:
+        for node, construct, site in candidates:
             line = statements.line(node)
             if not has_torch:
                 self.report(line, "refused", construct, "the module does not `import torch`")
                 continue
-            replacements[node] = self._rewrite(node, statements.column(node) // indent, indent)
+            replacements[node] = self._rewrite(node, site, statements.column(node) // indent, indent)
             self.report(line, "rewritten", construct, "the clamp value chosen by `torch.where`, as T5 does")
         return replace_in_statements(tree, replacements, [owners[node] for node in replacements])
 
     @staticmethod
-    def _rewrite(node: cst.If, depth: int, indent: int) -> cst.If:
-        hidden, predicate, value, expression = _site(node)
+    def _rewrite(node: cst.If, site: tuple[str, str, str, str], depth: int, indent: int) -> cst.If:
+        hidden, predicate, value, expression = site
         code = (
             f"{value} = torch.where({predicate}, {expression}, torch.finfo({hidden}.dtype).max)\n"
             f"{hidden} = torch.clamp({hidden}, min=-{value}, max={value})\n"

@@ -59,7 +59,7 @@ import libcst.matchers as m
 
 from .base import Codemod, formatted_block, imports_torch
 from ._imports import add_from_import
-from ._walks import ReplaceNodes, name_values, statement_children
+from ._walks import ReplaceNodes, name_values, nodes_in, statement_children
 
 # Names the rewrite binds in the function: refused where the function already uses them
 BOUND_NAMES = ("split_sizes", "segment_mask")
@@ -227,7 +227,7 @@ class _Site:
         lengths = self.statements[0].body[0].targets[0].target.value
         tolist = m.Call(func=m.Attribute(value=m.Name(lengths), attr=m.Name("tolist")), args=[])
         split = self.statements[1]
-        found = [node for node in _nodes(split) if m.matches(node, tolist)]
+        found = nodes_in(split, lambda node: type(node) is cst.Call and m.matches(node, tolist))
         split = split.visit(ReplaceNodes({found[0]: cst.Name("split_sizes")}))
         args = [
             arg.with_changes(value=cst.Name("segment_mask"))
@@ -257,15 +257,6 @@ def _module_names(tree: cst.Module) -> set[str]:
                 elif isinstance(small, cst.Assign):
                     names.update(t.target.value for t in small.targets if isinstance(t.target, cst.Name))
     return names
-
-
-def _nodes(node: cst.CSTNode):
-    """`node` and every node under it."""
-    pending = [node]
-    while pending:
-        current = pending.pop()
-        yield current
-        pending.extend(current.children)
 
 
 def _sites(block: cst.IndentedBlock) -> list[_Site | None]:

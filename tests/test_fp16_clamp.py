@@ -149,3 +149,22 @@ def test_other_forms_are_not_candidates():
     )
     change = run_codemods(source, "toy.py", "transformers.models.toy.modeling_toy", codemods=(Fp16Clamp,))
     assert not change.changed and not change.findings
+
+
+def test_a_module_that_does_not_import_torch_is_refused():
+    source = textwrap.dedent(
+        """
+        from torch import clamp
+
+        def clamped(h):
+            if h.dtype == torch.float16 and torch.isinf(h).any():
+                clamp_value = torch.finfo(h.dtype).max - 1000
+                h = torch.clamp(h, min=-clamp_value, max=clamp_value)
+            return h
+        """
+    )
+    change = run_codemods(source, "toy.py", "transformers.models.toy.modeling_toy", codemods=(Fp16Clamp,))
+    assert not change.changed
+    assert [(f.kind, f.construct, f.reason) for f in change.findings] == [
+        ("refused", "clamped", "the module does not `import torch`")
+    ]
