@@ -1,6 +1,7 @@
 """The codemods, in pipeline order. Each entry is one module with one class; `NAME`s are stable and unique."""
 
 from .base import Codemod, Finding
+from .cache_export import CacheExportCounters
 from .cache_pytree import CachePytreeRegistration
 from .cond_branches import CondBranches
 from .conv_output_tail import ConvOutputTail
@@ -33,4 +34,14 @@ ALL_CODEMODS: tuple[type[Codemod], ...] = (
     VmapMasks,
 )
 
-__all__ = ["ALL_CODEMODS", "Codemod", "Finding"]
+
+def upstream_codemods(codemods: tuple[type[Codemod], ...]) -> tuple[type[Codemod], ...]:
+    """The codemods of the upstream form: the same, but caches get counters for transformers' exporters
+    (`cache-export`) instead of a registration of their own at import (`cache-pytree`, what the vendored package
+    needs, having no exporter to extend)."""
+    return tuple(CacheExportCounters if codemod is CachePytreeRegistration else codemod for codemod in codemods)
+
+
+UPSTREAM_CODEMODS = upstream_codemods(ALL_CODEMODS)
+
+__all__ = ["ALL_CODEMODS", "UPSTREAM_CODEMODS", "Codemod", "Finding", "upstream_codemods"]

@@ -65,7 +65,11 @@ def test_diff_prints_the_upstream_patch():
     result = run("diff", "minimax")
     assert result.exit_code == 0
     assert "diff --git a/src/transformers/cache_utils.py b/src/transformers/cache_utils.py" in result.stdout
-    assert "+@register_cache_pytree_node\n class MiniMaxCache(DynamicCache):" in result.stdout
+    # the upstream form: counters for transformers' exporters, no registration of its own
+    assert "diff --git a/src/transformers/exporters/exporter_dynamo.py" in result.stdout
+    assert '+    _export_counters = ("cumulative_length",)' in result.stdout
+    assert "register_cache_pytree_node" not in result.stdout
+    assert "diff --git a/src/transformers/models/minimax/modeling_minimax.py" in result.stdout  # its MoE loop
 
 
 def test_rewrite_prints_a_diff_or_writes_and_reports_findings(tmp_path):

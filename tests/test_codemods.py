@@ -7,13 +7,14 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from codemods import ALL_CODEMODS
+from codemods import ALL_CODEMODS, UPSTREAM_CODEMODS
 from codemods.cache_pytree import CachePytreeRegistration
 from codemods.cond_branches import TRAINING_ONLY, load_targets
 from exportsmith.pipeline import run_codemods
 
 FIXTURES = Path(__file__).parent / "fixtures"
-BY_NAME = {codemod.NAME.replace("-", "_"): codemod for codemod in ALL_CODEMODS}
+EVERY_CODEMOD = tuple(dict.fromkeys(ALL_CODEMODS + UPSTREAM_CODEMODS))  # both forms: vendored and upstream
+BY_NAME = {codemod.NAME.replace("-", "_"): codemod for codemod in EVERY_CODEMOD}
 # A fixture's dotted module name inside transformers; `remote_code` has none, like a file given to `rewrite`.
 MODULE_NAMES = {
     "cache_api": "transformers.cache_utils",
@@ -21,6 +22,8 @@ MODULE_NAMES = {
     "shared_module": "transformers.masking_utils",
     "vision_helpers": "transformers.vision_utils",
     "masking_utils_helper": "transformers.masking_utils",
+    "exporter_dynamo": "transformers.exporters.exporter_dynamo",
+    "exporter_unknown_branch": "transformers.exporters.exporter_dynamo",
 }
 DEFAULT_MODULE = "transformers.models.toy.modeling_toy"
 
@@ -56,18 +59,23 @@ def test_second_run_is_a_no_op_and_output_parses(path: Path):
     change = _run(path)
     cst.parse_module(change.rewritten)
     compile(change.rewritten, str(path), "exec")
+    # the whole pipeline of the fixture's form: the upstream one for the codemod only it has
+    pipeline = ALL_CODEMODS if BY_NAME[path.parent.name] in ALL_CODEMODS else UPSTREAM_CODEMODS
     again = run_codemods(
-        change.rewritten, path.name, MODULE_NAMES.get(path.name.removesuffix(".in.py"), DEFAULT_MODULE)
+        change.rewritten, path.name, MODULE_NAMES.get(path.name.removesuffix(".in.py"), DEFAULT_MODULE), pipeline
     )
     assert not again.changed
 
 
 def test_registry_names_are_unique_and_every_module_is_registered():
-    names = [codemod.NAME for codemod in ALL_CODEMODS]
+    names = [codemod.NAME for codemod in EVERY_CODEMOD]
     assert len(names) == len(set(names))
     modules = {p.stem for p in (Path(__file__).parents[1] / "codemods").glob("*.py") if not p.stem.startswith("_")}
-    assert modules - {"base"} == {codemod.__module__.rsplit(".", 1)[1] for codemod in ALL_CODEMODS}
-    assert all(codemod.DESCRIPTION and codemod.__module__ for codemod in ALL_CODEMODS)
+    assert modules - {"base"} == {codemod.__module__.rsplit(".", 1)[1] for codemod in EVERY_CODEMOD}
+    assert all(codemod.DESCRIPTION and codemod.__module__ for codemod in EVERY_CODEMOD)
+    # the two forms differ in how caches are exported, nothing else
+    assert [c.NAME for c in ALL_CODEMODS if c not in UPSTREAM_CODEMODS] == ["cache-pytree"]
+    assert [c.NAME for c in UPSTREAM_CODEMODS if c not in ALL_CODEMODS] == ["cache-export"]
 
 
 def _findings(case: str):
@@ -710,3 +718,11 @@ def test_a_copy_of_code_outside_the_models_keeps_its_text():
         (13, "rewritten", "raise -> torch._assert_async"),  # a copy of another model: rewritten there alike
     ]
     assert change.rewritten.startswith(source[: source.index("# Copied from transformers.models")])
+
+
+def test_cache_export_refuses_a_flattener_it_does_not_know_and_says_why():
+    (finding,) = _run(FIXTURES / "cache_export" / "exporter_unknown_branch.in.py").findings
+    assert (finding.kind, finding.construct) == ("refused", "def _flatten_to_context")
+    assert "counters not added" in finding.reason
+    (finding,) = _run(FIXTURES / "cache_export" / "exporter_dynamo.in.py").findings
+    assert finding.kind == "rewritten"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from codemods import ALL_CODEMODS
+from codemods import UPSTREAM_CODEMODS
 from exportsmith.discover import find_transformers
 from exportsmith.generate import generated_modules, render
 from exportsmith.upstream import generated_from, patch_series
@@ -41,18 +41,32 @@ def apply(root: Path, patch: Path) -> None:
     assert result.returncode == 0, f"{patch.name}: {result.stderr}"
 
 
+# What a user of the patched transformers does before exporting or loading a program that takes a cache: register the
+# cache classes with transformers' exporters (its `from_pretrained` does it from a saved program's spec). And make them
+# safe globals: the harness reads a decode step's inputs back from a file with `weights_only`, as a runtime would.
+REGISTER_CACHES = """
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers.exporters.exporter_dynamo import _iter_subclasses, register_pytree_node
+
+for cls in _iter_subclasses(Cache):
+    register_pytree_node(cls)
+torch.serialization.add_safe_globals([*_iter_subclasses(Cache), *_iter_subclasses(CacheLayerMixin)])
+"""
 # Runs with the patched transformers first on sys.path and without `generated`: verifies the ORIGINAL classes, i.e.
-# transformers as the patches leave it.
+# transformers as the patches leave it, exported the way transformers' exporters register caches.
 PATCHED_VERIFY = """
 import json, sys
 import transformers
 from torch.utils import _pytree as pytree
 from transformers import DynamicCache
+registered_at_import = DynamicCache in pytree.SUPPORTED_NODES
+import register_caches
 from exportsmith.verify.check import verify_model
 assert "generated" not in sys.modules
-result = {"transformers": transformers.__file__, "registered": DynamicCache in pytree.SUPPORTED_NODES, "records": {}}
+result = {"transformers": transformers.__file__, "registered_at_import": registered_at_import, "records": {}}
 for model_type in sys.argv[1:]:
-    result["records"][model_type] = verify_model(model_type, subject="original").record()
+    result["records"][model_type] = verify_model(model_type, subject="original", imports=("register_caches",)).record()
 assert "generated" not in sys.modules
 print(json.dumps(result))
 """
@@ -87,46 +101,96 @@ def test_outcomes_ignore_rounding_but_not_a_wrong_program_or_a_raised_case():
         assert _outcome(other) != _outcome(committed)
 
 
-def test_committed_patches_apply_and_the_patched_transformers_verifies_as_the_generated_copies(tmp_path):
-    root = pristine_tree(tmp_path)
+@pytest.fixture(scope="module")
+def patched_tree(tmp_path_factory) -> Path:
+    """The installed transformers with the committed patches applied (`src/transformers` under the returned root)."""
+    root = pristine_tree(tmp_path_factory.mktemp("patched"))
     patches = [ROOT / "generated" / "_shared" / "upstream.patch"]
     patches += [ROOT / "generated" / module / "upstream.patch" for module in generated_modules(ROOT / "generated")]
     for patch in patches:
         if patch.is_file():  # a model the codemods leave as it is has none
             apply(root, patch)
-    env = {**os.environ, "PYTHONPATH": str(root / "src")}
+    return root
+
+
+def test_committed_patches_apply_and_the_patched_transformers_verifies_as_the_generated_copies(tmp_path, patched_tree):
+    root = patched_tree
+    (tmp_path / "register_caches.py").write_text(REGISTER_CACHES)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(tmp_path)])}
     result = subprocess.run(
         [sys.executable, "-c", PATCHED_VERIFY, *PATCHED_MODELS], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr[-2000:]
     data = json.loads(result.stdout.strip().splitlines()[-1])
     assert data["transformers"].startswith(str(root))  # the patched tree, not the installed package
-    assert data["registered"]  # importing transformers registers the caches: no `generated` needed
+    # no side effect at import: transformers' exporters register the caches, with the counters the patches declare
+    assert not data["registered_at_import"]
     for model in PATCHED_MODELS:  # the committed records of the generated copies (`exportsmith verify --record`)
         committed = json.loads((ROOT / "generated" / model / "VERIFY.json").read_text())
         assert _outcome(data["records"][model]) == _outcome(committed), model
+
+
+# transformers' ExecuTorch integration exports a sliding-window Mistral with a `DynamicCache` (as its
+# `test_dynamic_cache_exportability` does) and prints what the program takes and returns
+EXECUTORCH_EXPORT = """
+import torch
+from transformers import MistralConfig, MistralForCausalLM
+from transformers.integrations.executorch import export_with_dynamic_cache
+
+config = MistralConfig(
+    vocab_size=99, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, sliding_window=4,
+)
+torch.manual_seed(0)
+model = MistralForCausalLM(config).eval()
+program = export_with_dynamic_cache(model, torch.randint(0, 99, (1, 6)), torch.ones(1, 6, dtype=torch.long))
+signature = program.graph_signature
+print(len(signature.user_inputs), len(signature.user_outputs), " ".join(str(program.call_spec.in_spec).split()))
+"""
+
+
+def test_the_executorch_integration_exports_a_sliding_window_model_as_before_on_the_patched_tree(
+    tmp_path, patched_tree
+):
+    """The patches add no registration of their own: transformers' ExecuTorch integration registers `DynamicCache`
+    its way and its program keeps its signature (a registration at import would win over it)."""
+    outputs = {}
+    for name, path in (("released", ""), ("patched", str(patched_tree / "src"))):
+        result = subprocess.run(
+            [sys.executable, "-c", EXECUTORCH_EXPORT],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": path},
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        outputs[name] = result.stdout.strip().splitlines()[-1]
+    assert outputs["patched"] == outputs["released"]
+    assert outputs["released"].startswith("3 5 ")  # input ids, mask, the cache's keys and values
 
 
 @pytest.fixture(scope="module")
 def series():
     """The `--all` series. Models that no codemod's prefilter admits have empty patches (a property the generate
     tests check), so rendering only the admitted ones gives the same series in a fraction of the time."""
+
     def admitted(module: str) -> bool:
         paths = TF.models[module].modeling + TF.models[module].modular
-        return any(codemod.might_apply(path.read_text()) for codemod in ALL_CODEMODS for path in paths)
+        return any(codemod.might_apply(path.read_text()) for codemod in UPSTREAM_CODEMODS for path in paths)
 
     rendered = render(TF, [module for module in TF.models if admitted(module)], jobs=os.cpu_count() or 1)
     model_types = {module: list(TF.models[module].model_types) for module in TF.models}
-    return rendered, patch_series(rendered.groups, {}, model_types, TF.version)
+    return rendered, patch_series(rendered.upstream, {}, model_types, TF.version)
 
 
 def test_the_all_models_series_applies_in_order(tmp_path, series):
     rendered, files = series
-    root = pristine_tree(tmp_path, only=[change.relpath for change in rendered.changes if change.changed])
+    changed = [change.relpath for group in rendered.upstream.values() for change in group if change.changed]
+    root = pristine_tree(tmp_path, only=changed)
     order = files["series"].split()
     # one patch per mechanism, in pipeline order, every codemod that rewrites something in 5.24 among them
     names = [name.split("-", 1)[1].removesuffix(".patch") for name in order]
-    assert names == [codemod.NAME for codemod in ALL_CODEMODS if codemod.NAME in names] and len(names) >= 10
+    assert names == [codemod.NAME for codemod in UPSTREAM_CODEMODS if codemod.NAME in names] and len(names) >= 10
     for name in order:
         (tmp_path / name).write_text(files[name])
         apply(root, tmp_path / name)
@@ -135,14 +199,20 @@ def test_the_all_models_series_applies_in_order(tmp_path, series):
 
 def test_a_model_with_a_modular_file_gets_its_modular_file_edited(series):
     rendered, files = series
-    minimax = {change.relpath: change for change in rendered.groups["minimax"] if change.changed}
-    assert set(minimax) == {"models/minimax/modeling_minimax.py", "models/minimax/modular_minimax.py"}
-    assert generated_from(minimax["models/minimax/modeling_minimax.py"]) == (
-        "src/transformers/models/minimax/modular_minimax.py"
+    changed = {change.relpath: change for change in rendered.upstream["deepseek_v4"] if change.changed}
+    assert set(changed) == {"models/deepseek_v4/modeling_deepseek_v4.py", "models/deepseek_v4/modular_deepseek_v4.py"}
+    assert generated_from(changed["models/deepseek_v4/modeling_deepseek_v4.py"]) == (
+        "src/transformers/models/deepseek_v4/modular_deepseek_v4.py"
     )
-    text = next(text for name, text in files.items() if name.endswith("-cache-pytree.md"))
-    assert "| `src/transformers/models/minimax/modular_minimax.py` | source (modular file) |" in text
-    assert "generated from `src/transformers/models/minimax/modular_minimax.py`" in text
+    text = next(text for name, text in files.items() if name.endswith("-cache-export.md"))
+    assert "| `src/transformers/models/deepseek_v4/modular_deepseek_v4.py` | source (modular file) |" in text
+    assert "generated from `src/transformers/models/deepseek_v4/modular_deepseek_v4.py`" in text
+    patch = next(text for name, text in files.items() if name.endswith("-cache-export.patch"))
+    for stem in ("modeling", "modular"):  # the same class, the same declaration, in both
+        section = patch.split(f"b/src/transformers/models/deepseek_v4/{stem}_deepseek_v4.py\n", 1)[1].split(
+            "diff --git"
+        )[0]
+        assert '+    _export_counters = ("cumulative_length",)' in section
 
 
 def test_a_modular_class_that_inherits_its_init_gets_the_rewrite_of_its_generated_class(series):
@@ -150,7 +220,7 @@ def test_a_modular_class_that_inherits_its_init_gets_the_rewrite_of_its_generate
     modeling file, they let the modular file get the MoE rewrite its modeling file gets (else transformers'
     `check_modular_conversion` fails and `make fix-repo` reverts the fix)."""
     rendered, _ = series
-    changes = {change.relpath: change for change in rendered.groups["deepseek_v4"]}
+    changes = {change.relpath: change for change in rendered.upstream["deepseek_v4"]}
     for stem in ("modeling", "modular"):
         change = changes[f"models/deepseek_v4/{stem}_deepseek_v4.py"]
         findings = [finding for finding in change.findings if finding.codemod == "moe-expert-loop"]
@@ -159,8 +229,10 @@ def test_a_modular_class_that_inherits_its_init_gets_the_rewrite_of_its_generate
 
 def test_a_class_inherited_through_the_modular_converter_is_explained(series):
     _, files = series
-    text = next(text for name, text in files.items() if name.endswith(".md") and "models/edgetam_video/" in text)
-    assert "come into it from another model's modular file" in text
+    text = next(text for name, text in files.items() if name.endswith("-moe-expert-loop.md"))
+    # minimax's experts are Mixtral's: the converter writes them into modeling_minimax.py from modular_mixtral.py
+    row = next(line for line in text.splitlines() if "models/minimax/modeling_minimax.py" in line)
+    assert "come into it from another model's modular file" in row
 
 
 def test_pr_text_quotes_the_recorded_error_and_verification():
@@ -176,7 +248,7 @@ def test_pr_text_quotes_the_recorded_error_and_verification():
         "original_export_error": "ValueError: Unsupported input type <class 'DynamicCache'>",
         "cases": [dict(program="decode", name="x", batch=1, new_tokens=1, past=7, max_diff=0.0, error=None)],
     }
-    edits = [Edit(change, change.original, change.rewritten) for change in rendered.groups["minimax"]]
+    edits = [Edit(change, change.original, change.rewritten) for change in rendered.upstream["minimax"]]
     text = pr_description("moe-expert-loop", edits, {"minimax": record}, TF.version, ["minimax"])
     assert "```\nValueError: Unsupported input type <class 'DynamicCache'>\n```" in text
     assert "| decode | x | 1 | 1 | 7 | 0 |" in text

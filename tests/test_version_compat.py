@@ -231,7 +231,7 @@ def test_linear_attention_layer_state_round_trips_through_pytree(compat_package,
 def test_upstream_patches_apply_to_the_installed_transformers_tree(compat_package, tmp_path):
     patches = sorted(compat_package.glob("*/upstream.patch"))
     assert all(path.read_text() for path in patches)  # a model without changes has no patch file
-    assert compat_package / "_shared" / "upstream.patch" in patches  # cache_utils.py gets the registrations
+    assert compat_package / "_shared" / "upstream.patch" in patches  # cache_utils.py gets the counters, masks
     for patch in patches:
         for relpath in re.findall(r"^diff --git a/src/transformers/(\S+)", patch.read_text(), re.MULTILINE):
             target = tmp_path / "src" / "transformers" / relpath

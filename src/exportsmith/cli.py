@@ -154,7 +154,7 @@ def diff(
     modules = list(tf.models) if all_models else _modules(tf, models)
     rendered = _render(tf, modules, jobs, no_cache=False)
     if out is None:
-        sys.stdout.write("".join(patch_text(changes) for changes in rendered.groups.values()))
+        sys.stdout.write("".join(patch_text(changes) for changes in rendered.upstream.values()))
         return
     found = {}
     for module in modules:
@@ -163,7 +163,7 @@ def diff(
             record = json.loads(path.read_text(encoding="utf-8"))
             found[record["model_type"]] = record
     model_types = {module: list(tf.models[module].model_types) for module in modules}
-    files = patch_series(rendered.groups, found, model_types, tf.version)
+    files = patch_series(rendered.upstream, found, model_types, tf.version)
     try:
         write_tree(files, out)
     except OSError as error:

@@ -20,6 +20,8 @@ SHARED_MODULES = (
     "modeling_rope_utils.py",
     "integrations/sdpa_attention.py",
     "vision_utils.py",
+    # the upstream form extends transformers' exporters (`cache-export`); nothing vendors it
+    "exporters/exporter_dynamo.py",
 )
 
 # transformers 4.x ships TensorFlow and Flax ports beside the PyTorch modeling files; torch.export never sees them.

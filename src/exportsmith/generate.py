@@ -17,13 +17,13 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import libcst as cst
 import libcst.matchers as m
 
-from codemods import ALL_CODEMODS, Codemod
+from codemods import ALL_CODEMODS, Codemod, upstream_codemods
 from codemods.base import LINE_LENGTH
 
 from .content_cache import ContentCache, key
@@ -43,6 +43,8 @@ class Rendered:
     files: dict[str, str]  # path inside the output directory -> text
     # SHARED_PACKAGE, then each model module -> the modules of transformers that went through the codemods for it
     groups: dict[str, tuple[Change, ...]]
+    # the same modules through the codemods of the upstream form (`upstream_codemods`): what patches are made of
+    upstream: dict[str, tuple[Change, ...]] = field(default_factory=dict)
 
     @property
     def changes(self) -> tuple[Change, ...]:
@@ -55,6 +57,18 @@ def _change(
     return run_codemods(
         path.read_text(encoding="utf-8"), tf.relpath(path), tf.module_name(path), codemods, expansions
     )
+
+
+def _upstream_change(
+    tf: Transformers, path: Path, codemods: tuple[type[Codemod], ...], vendored: Change, expansions: tuple[str, ...] = ()
+) -> Change | None:
+    """The module through the codemods of the upstream form, or None when that is `vendored` (no codemod that
+    differs between the two forms can apply to it)."""
+    upstream = upstream_codemods(codemods)
+    differing = set(upstream) ^ set(codemods)
+    if not any(codemod.might_apply(vendored.original) for codemod in differing):
+        return None
+    return run_codemods(vendored.original, vendored.relpath, tf.module_name(path), upstream, expansions)
 
 
 def _public_names(tree: cst.Module) -> list[str] | None:
@@ -196,9 +210,14 @@ def _render_shared(tf: Transformers, codemods: tuple[type[Codemod], ...]) -> dic
     """The vendored shared modules and their patch, plus the names models import from each vendored module."""
     files, added, patch, changes, found = {}, {}, [], [], []
     provided: dict[str, frozenset[str]] = {}
+    upstream = {}
     for path in tf.shared_modules:
         change = _change(tf, path, codemods)
         changes.append(change.to_json())
+        upstream_change = _upstream_change(tf, path, codemods, change)
+        if upstream_change is not None:
+            upstream[change.relpath] = upstream_change.to_json()
+        patch.append((upstream_change or change).diff())
         if change.findings:
             found.append(change)
         if change.error or not change.changed:
@@ -208,7 +227,6 @@ def _render_shared(tf: Transformers, codemods: tuple[type[Codemod], ...]) -> dic
         provided[module_name] = names
         added[module_name] = sorted(names)
         files[f"{SHARED_PACKAGE}/{change.relpath}"] = text
-        patch.append(change.diff())
     files[f"{SHARED_PACKAGE}/__init__.py"] = HEADER.format(version=tf.version) + "\n"
     # Auto classes that pick the generated copies, so a model's sub-models built with `AutoModel.from_config` are the
     # generated ones too
@@ -221,7 +239,7 @@ def _render_shared(tf: Transformers, codemods: tuple[type[Codemod], ...]) -> dic
     # what the codemods found in the shared modules, refusals included (a shared module listed in
     # cond_targets.json is refused with its reason here, not in any model's record)
     files[f"{SHARED_PACKAGE}/REWRITES.md"] = _record("shared modules", found)
-    return {"files": files, "added": added, "changes": changes}
+    return {"files": files, "added": added, "changes": changes, "upstream": upstream}
 
 
 @_without_cyclic_gc
@@ -236,6 +254,11 @@ def _render_model(
     changes = [_change(tf, path, codemods) for path in model.modeling]
     expansions = tuple(change.original for change in changes)
     sources = [_change(tf, path, codemods, expansions) for path in model.modular]
+    upstream = {}
+    for path, change in zip((*model.modeling, *model.modular), changes + sources):
+        upstream_change = _upstream_change(tf, path, codemods, change, expansions if path in model.modular else ())
+        if upstream_change is not None:
+            upstream[change.relpath] = upstream_change
     files, summaries = {}, {}
     for change in changes:
         if change.error:
@@ -248,11 +271,16 @@ def _render_model(
     everything = sorted(changes + sources, key=lambda change: change.relpath)
     if not any(change.error for change in everything):
         files[f"{module}/__init__.py"] = _model_init(model, changes, tf.version)
-        patch = "".join(change.diff() for change in everything)
+        patch = "".join(upstream.get(change.relpath, change).diff() for change in everything)
         if patch:  # a model the codemods leave as it is has nothing to send upstream
             files[f"{module}/{PATCH}"] = patch
         files[f"{module}/REWRITES.md"] = _record(model.module, everything, model.model_types)
-    return {"files": files, "changes": [change.to_json() for change in everything], "summaries": summaries}
+    return {
+        "files": files,
+        "changes": [change.to_json() for change in everything],
+        "upstream": {relpath: change.to_json() for relpath, change in upstream.items()},
+        "summaries": summaries,
+    }
 
 
 def shared_redirects(change: Change, provided: dict[str, frozenset[str]]) -> dict[str, frozenset[str]]:
@@ -334,10 +362,15 @@ def render(
     def changes(data: list[dict]) -> tuple[Change, ...]:
         return tuple(Change.from_json(d, (tf.root / d["relpath"]).read_text(encoding="utf-8")) for d in data)
 
+    def upstream(data: list[dict], differing: dict[str, dict]) -> tuple[Change, ...]:
+        return changes([differing.get(d["relpath"], d) for d in data])
+
     groups = {SHARED_PACKAGE: changes(shared["changes"])}
+    upstream_groups = {SHARED_PACKAGE: upstream(shared["changes"], shared["upstream"])}
     for module in modules:
         files.update(results[module]["files"])
         groups[module] = changes(results[module]["changes"])
+        upstream_groups[module] = upstream(results[module]["changes"], results[module]["upstream"])
     summaries = {
         name: ModuleSummary.from_json(data)
         for module in modules
@@ -348,7 +381,7 @@ def render(
     files[f"{SHARED_PACKAGE}/loading.py"] = (
         HEADER.format(version=tf.version) + "\n" + LOADING_TEMPLATE.read_text(encoding="utf-8")
     )
-    rendered = Rendered(dict(sorted(files.items())), groups)
+    rendered = Rendered(dict(sorted(files.items())), groups, upstream_groups)
     errors = [f"{change.relpath}: {change.error}" for change in rendered.changes if change.error]
     if errors:
         raise GenerateError("; ".join(errors))

@@ -14,12 +14,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from codemods import ALL_CODEMODS
+from codemods import UPSTREAM_CODEMODS
 
 from .pipeline import Change, unified_diff
 
 _GENERATED_FROM = re.compile(r"This file was automatically generated from (src/transformers/\S+?\.py)")
-_DESCRIPTIONS = {codemod.NAME: codemod.DESCRIPTION for codemod in ALL_CODEMODS}
+_DESCRIPTIONS = {codemod.NAME: codemod.DESCRIPTION for codemod in UPSTREAM_CODEMODS}
 
 
 @dataclass(frozen=True)
@@ -118,11 +118,11 @@ def patch_series(
     """File name -> text: `NNNN-<codemod>.patch` and `.md` for every codemod that changed something, and `series`
     (their order, the pipeline's).
 
-    `groups` is `Rendered.groups` (the shared modules first); `model_types` maps a module to its model types, whose
+    `groups` is `Rendered.upstream` (the shared modules first); `model_types` maps a module to its model types, whose
     records go into the PR text of each codemod that edits the module's files (a codemod that edits a shared module
     gets every record: every model uses it)."""
     shared = next(iter(groups), None)
-    edits: dict[str, list[Edit]] = {codemod.NAME: [] for codemod in ALL_CODEMODS}
+    edits: dict[str, list[Edit]] = {codemod.NAME: [] for codemod in UPSTREAM_CODEMODS}
     module_of = {}
     for group, changes in groups.items():
         for change in changes:
