@@ -72,6 +72,36 @@ def test_diff_prints_the_upstream_patch():
     assert "diff --git a/src/transformers/models/minimax/modeling_minimax.py" in result.stdout  # its MoE loop
 
 
+def test_diff_puts_the_evidence_of_the_installed_release_into_the_pr_texts(tmp_path):
+    import json
+
+    from exportsmith.discover import find_transformers
+
+    version = find_transformers().version
+    after = {"ok": True, "failure": None, "cases": [dict(max_diff=1e-6)]}
+    before = {"ok": False, "failure": "export-error", "message": "decode: boom"}
+    assert run("diff", "minimax", "--out", str(tmp_path / "series")).exit_code == 0
+    (patch,) = (tmp_path / "series").glob("*-moe-expert-loop.patch")
+    stem = patch.name.removesuffix(".patch")
+    assert "Not measured yet" in (tmp_path / "series" / f"{stem}.md").read_text()
+    data = {
+        "transformers": version,
+        "torch": "2.13.0",
+        "patches": {stem: {"minimax": {"before": before, "after": after}}},
+    }
+    evidence = tmp_path / "evidence.json"
+    evidence.write_text(json.dumps(data))
+    result = run("diff", "minimax", "--out", str(tmp_path / "series"), "--evidence", str(evidence))
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "series" / f"{stem}.md").read_text()
+    assert "| minimax | export-error: `decode: boom` | verified | 1 | 1e-06 |" in text
+    evidence.write_text(json.dumps({**data, "transformers": "4.0.0"}))
+    result = run("diff", "minimax", "--out", str(tmp_path / "other"), "--evidence", str(evidence))
+    assert result.exit_code != 0
+    assert "measured on transformers 4.0.0" in result.output and "tools/upstream_evidence.py" in result.output
+    assert not (tmp_path / "other").exists()
+
+
 def test_rewrite_prints_a_diff_or_writes_and_reports_findings(tmp_path):
     result = run("rewrite", str(FIXTURE))
     assert result.exit_code == 0
@@ -196,13 +226,13 @@ def test_generate_summary_says_what_it_did_and_counts_the_refusals(tmp_path):
     assert first.exit_code == again.exit_code == 0
     assert "rewritten" not in again.stderr  # "already up to date ... N module(s) rewritten" read as a contradiction
     assert again.stderr.startswith(f"{out} already up to date: 1 model(s) from transformers {TF_VERSION} (")
-    refusals = sum(
-        text.count("] refused ") for text in (p.read_text() for p in sorted(out.glob("*/REWRITES.md")))
-    )
+    refusals = sum(text.count("] refused ") for text in (p.read_text() for p in sorted(out.glob("*/REWRITES.md"))))
     assert refusals > 0
     summary = [line for line in first.stderr.splitlines() if line.startswith("left as they were")]
     assert len(summary) == 1
-    counted = sum(int(part.rsplit(" ", 1)[1]) for part in summary[0].split(": ", 1)[1].removesuffix(" site(s)").split(", "))
+    counted = sum(
+        int(part.rsplit(" ", 1)[1]) for part in summary[0].split(": ", 1)[1].removesuffix(" site(s)").split(", ")
+    )
     assert counted == refusals
 
 

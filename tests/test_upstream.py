@@ -18,6 +18,7 @@ from exportsmith.discover import find_transformers
 from exportsmith.generate import generated_modules, render
 from exportsmith.upstream import generated_from, patch_series
 from exportsmith.verify.check import MAX_ABS_DIFF
+from exportsmith.verify.patched_tree import write_register_module
 
 ROOT = Path(__file__).parents[1]
 TF = find_transformers()
@@ -41,32 +42,20 @@ def apply(root: Path, patch: Path) -> None:
     assert result.returncode == 0, f"{patch.name}: {result.stderr}"
 
 
-# What a user of the patched transformers does before exporting or loading a program that takes a cache: register the
-# cache classes with transformers' exporters (its `from_pretrained` does it from a saved program's spec). And make them
-# safe globals: the harness reads a decode step's inputs back from a file with `weights_only`, as a runtime would.
-REGISTER_CACHES = """
-import torch
-from transformers.cache_utils import Cache, CacheLayerMixin
-from transformers.exporters.exporter_dynamo import _iter_subclasses, register_pytree_node
-
-for cls in _iter_subclasses(Cache):
-    register_pytree_node(cls)
-torch.serialization.add_safe_globals([*_iter_subclasses(Cache), *_iter_subclasses(CacheLayerMixin)])
-"""
 # Runs with the patched transformers first on sys.path and without `generated`: verifies the ORIGINAL classes, i.e.
-# transformers as the patches leave it, exported the way transformers' exporters register caches.
+# transformers as the patches leave it, exported the way transformers' exporters register caches (`patched_tree.REGISTER_CACHES`).
 PATCHED_VERIFY = """
 import json, sys
 import transformers
 from torch.utils import _pytree as pytree
 from transformers import DynamicCache
 registered_at_import = DynamicCache in pytree.SUPPORTED_NODES
-import register_caches
+import register_transformers_caches
 from exportsmith.verify.check import verify_model
 assert "generated" not in sys.modules
 result = {"transformers": transformers.__file__, "registered_at_import": registered_at_import, "records": {}}
 for model_type in sys.argv[1:]:
-    result["records"][model_type] = verify_model(model_type, subject="original", imports=("register_caches",)).record()
+    result["records"][model_type] = verify_model(model_type, subject="original", imports=("register_transformers_caches",)).record()
 assert "generated" not in sys.modules
 print(json.dumps(result))
 """
@@ -115,7 +104,7 @@ def patched_tree(tmp_path_factory) -> Path:
 
 def test_committed_patches_apply_and_the_patched_transformers_verifies_as_the_generated_copies(tmp_path, patched_tree):
     root = patched_tree
-    (tmp_path / "register_caches.py").write_text(REGISTER_CACHES)
+    write_register_module(tmp_path)  # registers the caches the way transformers' exporters do
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(tmp_path)])}
     result = subprocess.run(
         [sys.executable, "-c", PATCHED_VERIFY, *PATCHED_MODELS], cwd=tmp_path, env=env, capture_output=True, text=True
@@ -235,23 +224,24 @@ def test_a_class_inherited_through_the_modular_converter_is_explained(series):
     assert "come into it from another model's modular file" in row
 
 
-def test_pr_text_quotes_the_recorded_error_and_verification():
+def test_pr_text_carries_the_evidence_measured_before_and_after_the_patch():
     from exportsmith.upstream import Edit, pr_description
 
     rendered = render(TF, ["minimax"])
-    record = {
-        "model_type": "minimax",
-        "ok": True,
-        "eager_identical": True,
-        "transformers": TF.version,
-        "torch": "2.13.0",
-        "original_export_error": "ValueError: Unsupported input type <class 'DynamicCache'>",
-        "cases": [dict(program="decode", name="x", batch=1, new_tokens=1, past=7, max_diff=0.0, error=None)],
-    }
+    case = dict(program="decode", name="x", batch=1, new_tokens=1, past=7, max_diff=2.5e-7, error=None)
+    before = {"ok": False, "failure": "export-error", "message": "decode: GuardOnDataDependentSymNode: u0 > 0; more"}
+    evidence = {"minimax": {"before": before, "after": {"ok": True, "failure": None, "cases": [case, case]}}}
     edits = [Edit(change, change.original, change.rewritten) for change in rendered.upstream["minimax"]]
-    text = pr_description("moe-expert-loop", edits, {"minimax": record}, TF.version, ["minimax"])
-    assert "```\nValueError: Unsupported input type <class 'DynamicCache'>\n```" in text
-    assert "| decode | x | 1 | 1 | 7 | 0 |" in text
+    text = pr_description("moe-expert-loop", edits, evidence, TF.version, ["minimax"], "2.13.0")
+    assert "## Evidence, measured on the patched transformers tree" in text
+    assert "| minimax | export-error: `decode: GuardOnDataDependentSymNode: u0 > 0` | verified | 2 | 2.5e-07 |" in text
+    unmeasured = pr_description("moe-expert-loop", edits, {}, TF.version, ["minimax"])
+    assert "Not measured yet: `python tools/upstream_evidence.py" in unmeasured
+    test = dict(model_type="minimax", path="tests/export/test_moe_expert_loop.py", text="", after="passed")
+    test["before"] = "failed: GuardOnDataDependentSymNode: u0"
+    with_test = pr_description("moe-expert-loop", edits, evidence, TF.version, ["minimax"], "2.13.0", test)
+    assert "## Test\n\n`tests/export/test_moe_expert_loop.py` (added by this patch)" in with_test
+    assert "without this patch: failed (`GuardOnDataDependentSymNode: u0`); with it: passed." in with_test
 
 
 def test_patches_are_byte_stable_across_processes(tmp_path):
@@ -326,3 +316,36 @@ def test_patched_code_is_formatted_and_linted_as_transformers_wants(series):
         if added:
             problems.append(f"{path}: new lint findings {sorted(added)[:3]}")
     assert not problems, "\n".join(problems)
+
+
+def test_a_pr_test_fails_on_the_released_tree_and_passes_on_the_patched_one(tmp_path, patched_tree):
+    """The transformers-style test written for a PR (here the cache counters', on a sliding-window Mistral: its
+    decode program must serve every cache length) is one that can fail: it fails without the patches."""
+    from exportsmith.upstream import new_file_diff
+    from exportsmith.upstream_tests import export_test
+    from exportsmith.verify.patched_tree import run_test_on_tree
+
+    path, text = export_test("mistral", "cache-export")
+    assert path == "tests/export/test_cache_export.py"
+    assert "class MistralForCausalLMCacheExportExportTest(unittest.TestCase):" in text
+    compile(text, path, "exec")
+    assert run_test_on_tree(patched_tree / "src", text, tmp_path) == "passed"
+    released = run_test_on_tree(TF.root.parent, text, tmp_path)
+    assert released.startswith("failed: ")
+    # the patch adds it as a new file
+    (tmp_path / "repo").mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path / "repo", check=True)
+    (tmp_path / "test.patch").write_text(new_file_diff(path, text))
+    apply(tmp_path / "repo", tmp_path / "test.patch")
+    assert (tmp_path / "repo" / path).read_text() == text
+
+
+def test_a_forward_pr_test_writes_its_inputs_out():
+    """A model without a decode step gets its forward at the harness's shapes, integer inputs as they are."""
+    from exportsmith.upstream_tests import export_test
+
+    path, text = export_test("qwen2_5_vl_vision", "vision-grid-loops")
+    assert path == "tests/export/test_vision_grid_loops.py"
+    assert '"grid_thw": torch.tensor([[1, 8, 8], [1, 10, 6]], dtype=torch.int64)' in text
+    assert "def test_forward_exports_and_matches_eager_at_other_shapes(self):" in text
+    compile(text, path, "exec")

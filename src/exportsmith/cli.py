@@ -141,8 +141,8 @@ def diff(
     models: list[str] = typer.Argument(None, help="Model types or module names."),
     all_models: bool = typer.Option(False, "--all", help="Every model of the installed transformers."),
     out: Path = typer.Option(None, "--out", help="Write a patch series with PR descriptions here."),
-    records: Path = typer.Option(
-        Path("generated"), "--records", help="Where `verify --record` left VERIFY.json files (for the PR texts)."
+    evidence: Path = typer.Option(
+        None, "--evidence", help="The evidence.json of `tools/upstream_evidence.py`, for the PR texts."
     ),
     jobs: int = JOBS,
 ):
@@ -156,14 +156,19 @@ def diff(
     if out is None:
         sys.stdout.write("".join(patch_text(changes) for changes in rendered.upstream.values()))
         return
-    found = {}
-    for module in modules:
-        path = records / module / "VERIFY.json"
-        if path.is_file():
-            record = json.loads(path.read_text(encoding="utf-8"))
-            found[record["model_type"]] = record
+    measured = {}
+    if evidence is not None:
+        try:
+            measured = json.loads(evidence.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise _fail(f"cannot read {evidence}: {error}; run tools/upstream_evidence.py to write it") from None
+        if measured.get("transformers") != tf.version:
+            raise _fail(
+                f"{evidence} was measured on transformers {measured.get('transformers')}, {tf.version} is installed: "
+                "run tools/upstream_evidence.py again"
+            )
     model_types = {module: list(tf.models[module].model_types) for module in modules}
-    files = patch_series(rendered.upstream, found, model_types, tf.version)
+    files = patch_series(rendered.upstream, measured, model_types, tf.version)
     try:
         write_tree(files, out)
     except OSError as error:
@@ -276,7 +281,7 @@ def verify(
     jobs: int = typer.Option(1, "--jobs", "-j", help="With --json: models verified at a time."),
     timeout: float = typer.Option(600.0, "--timeout", help="With --json: seconds per model."),
     record: bool = typer.Option(
-        False, "--record", help="Write OUT/<model>/VERIFY.json, with the original's export error (for PR texts)."
+        False, "--record", help="Write OUT/<model>/VERIFY.json, with the original's export error."
     ),
     onnx: bool = typer.Option(False, "--onnx", help="Also export with torch.onnx (dynamo) and compare in onnxruntime."),
     executorch: bool = typer.Option(

@@ -5,8 +5,8 @@ order, holding that codemod's change to every file (shared modules and models al
 before it (a file two codemods change is in both patches, as the first left it and as the second changes it). The PR
 text says what changed and why, which models it serves, which files are sources and which are generated from a
 `modular_*.py` (regenerate those with transformers' `utils/modular_model_converter.py`), the rewritten locations,
-and, where `exportsmith verify --record` left a record, the export error of the original model quoted from that run
-and how the rewrite was verified.
+and, once `tools/upstream_evidence.py` has measured it, how its representative models fare on the patched
+transformers tree before and after the patch.
 """
 
 from __future__ import annotations
@@ -45,9 +45,18 @@ def patch_text(changes: tuple[Change, ...]) -> str:
 
 
 def pr_description(
-    codemod: str, edits: list[Edit], records: dict[str, dict], version: str, model_types: list[str]
+    codemod: str,
+    edits: list[Edit],
+    evidence: dict[str, dict],
+    version: str,
+    model_types: list[str],
+    torch: str = "",
+    test: dict | None = None,
 ) -> str:
-    """Markdown for the patch of one codemod. `records` maps model types to their `VERIFY.json` content."""
+    """Markdown for the patch of one codemod. `evidence` maps model types to their records before and after the patch
+    (`tools/upstream_evidence.py`: `{"before": record, "after": record}`, `verify_model` records); `test` is the PR's
+    test and its verdicts there (`{"model_type", "path", "text", "before", "after"}`, or `{"why"}` when it has none).
+    """
     lines = [f"# torch.export support: `{codemod}`\n"]
     lines.append(
         f"Against transformers {version}; produced by exportsmith (`exportsmith diff`). One mechanism: every change "
@@ -79,48 +88,77 @@ def pr_description(
                 lines.append(
                     f"- `src/transformers/{edit.change.relpath}:{finding.line}` {finding.construct}: {finding.reason}"
                 )
-    lines.append("\n## The error this removes, and verification\n")
-    if not records:
-        lines.append("No verification record: run `exportsmith verify --record MODEL` and regenerate this text.")
-    for model_type, record in sorted(records.items()):
-        lines.append(f"### {model_type}\n")
-        error = record.get("original_export_error")
-        if error:
-            lines.append("Exporting the original model (decode step with a `DynamicCache`) fails today with:\n")
-            lines.append(f"```\n{error}\n```\n")
-        else:
-            lines.append("The original model exports without this patch.\n")
-        lines.append(_verification(record))
+    lines.append("\n## Evidence, measured on the patched transformers tree\n")
+    if not evidence:
+        lines.append(
+            "Not measured yet: `python tools/upstream_evidence.py --series DIR`, then `exportsmith diff --all --out DIR "
+            "--evidence DIR/evidence.json`."
+        )
+    else:
+        lines.append(_evidence(evidence, version, torch))
+    if test:
+        lines.append("\n## Test\n")
+        lines.append(_test(test))
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def _verification(record: dict) -> str:
-    cases = record.get("cases", [])
-    head = (
-        f"With the patch, on transformers {record.get('transformers')} and torch {record.get('torch')}: "
-        f"{'verified' if record.get('ok') else 'NOT verified: ' + str(record.get('failure'))}. The copy is "
-        f"{'bit-identical' if record.get('eager_identical') else 'not identical'} to the original in eager; "
-        "exported with dynamic batch, new-token and past dims (non-strict), then run at other shapes:\n"
+def _test(test: dict) -> str:
+    if "text" not in test:
+        return f"None yet: {test['why']}."
+    before, after = (test[state].replace("`", "'") for state in ("before", "after"))
+    return (
+        f"`{test['path']}` (added by this patch) exports {test['model_type']}'s tiny model and checks the program "
+        f"against eager at other shapes. pytest on the tree without this patch: {before.split(': ', 1)[0]}"
+        + (f" (`{before.split(': ', 1)[1][:200]}`)" if ": " in before else "")
+        + f"; with it: {after.split(': ', 1)[0]}"
+        + (f" (`{after.split(': ', 1)[1][:200]}`)" if ": " in after else "")
+        + ".\n"
     )
-    rows = ["| program | case | batch | new tokens | past | max abs diff vs eager |", "|---|---|---|---|---|---|"]
-    for case in cases:
-        result = f"{case['max_diff']:.3g}" if case.get("max_diff") is not None else f"error: {case.get('error')}"
+
+
+def new_file_diff(path: str, text: str) -> str:
+    """A git-style diff that creates the file `path` (a path inside transformers' repository) holding `text`."""
+    lines = text.splitlines(keepends=True)
+    body = "".join(f"+{line}" for line in lines)
+    return f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1,{len(lines)} @@\n{body}"
+
+
+def _evidence(evidence: dict[str, dict], version: str, torch: str) -> str:
+    head = (
+        f"On transformers {version} and torch {torch}, with the patches before this one applied (before) and with this "
+        "one too (after): transformers' own classes, caches registered the way transformers' exporters register "
+        "them, exported (non-strict) with dynamic batch, new-token and past dims in three dynamic-shape styles, run "
+        "at every case (batch 1 to 4, 1-token prompts, a 1-token cache, ...) against eager, saved and loaded in a "
+        "fresh process, and for an LM driven in greedy loops against `generate()`.\n"
+    )
+    rows = ["| model | before | after | cases | max abs diff vs eager |", "|---|---|---|---|---|"]
+    for model_type, pair in sorted(evidence.items()):
+        after = pair["after"]
+        diffs = [case["max_diff"] for case in after.get("cases", []) if case.get("max_diff") is not None]
+        largest = f"{max(diffs):.2g}" if diffs else "-"
         rows.append(
-            f"| {case['program']} | {case['name']} | {case['batch']} | {case['new_tokens']} | {case['past']} | "
-            f"{result} |"
+            f"| {model_type} | {_outcome(pair['before'])} | {_outcome(after)} | {len(after.get('cases', []))} | "
+            f"{largest} |"
         )
     return head + "\n" + "\n".join(rows) + "\n"
 
 
+def _outcome(record: dict) -> str:
+    if record["ok"]:
+        return "verified"
+    message = record.get("message") or ""
+    message = message.split("; ")[0].replace("|", "\\|").replace("`", "'")
+    return f"{record['failure']}: `{message[:160]}`" if message else str(record["failure"])
+
+
 def patch_series(
-    groups: dict[str, tuple[Change, ...]], records: dict[str, dict], model_types: dict[str, list[str]], version: str
+    groups: dict[str, tuple[Change, ...]], evidence: dict, model_types: dict[str, list[str]], version: str
 ) -> dict[str, str]:
     """File name -> text: `NNNN-<codemod>.patch` and `.md` for every codemod that changed something, and `series`
     (their order, the pipeline's).
 
-    `groups` is `Rendered.upstream` (the shared modules first); `model_types` maps a module to its model types, whose
-    records go into the PR text of each codemod that edits the module's files (a codemod that edits a shared module
-    gets every record: every model uses it)."""
+    `groups` is `Rendered.upstream` (the shared modules first); `model_types` maps a module to its model types;
+    `evidence` is what `tools/upstream_evidence.py` measured (empty when it has not run), per patch."""
     shared = next(iter(groups), None)
     edits: dict[str, list[Edit]] = {codemod.NAME: [] for codemod in UPSTREAM_CODEMODS}
     module_of = {}
@@ -138,9 +176,13 @@ def patch_series(
         stem = f"{len(order):04d}-{name}"
         modules = {module_of[edit.change.relpath] for edit in found}
         types = sorted({t for module in modules - {shared} for t in model_types.get(module, [])})
-        relevant = records if shared in modules else {t: records[t] for t in types if t in records}
+        ours = evidence.get("transformers") == version
+        measured = evidence.get("patches", {}).get(stem, {}) if ours else {}
+        test = evidence.get("tests", {}).get(stem) if ours else None
+        if test and "text" in test:
+            patch += new_file_diff(test["path"], test["text"])
         files[f"{stem}.patch"] = patch
-        files[f"{stem}.md"] = pr_description(name, found, relevant, version, types)
+        files[f"{stem}.md"] = pr_description(name, found, measured, version, types, evidence.get("torch", ""), test)
         order.append(f"{stem}.patch")
     files["series"] = "".join(f"{name}\n" for name in order)
     return files

@@ -204,8 +204,8 @@ def verify_model(
 ) -> VerifyResult:
     """Verify `subject` (see SUBJECTS) of `model_type`, built from `config` (default: its tiny config; a real one,
     `real.py`, adds the cases that cross its sliding window), its programs exported in `styles` (default: every one of
-    `styles_of(subject)`); `imports`: modules the process that loads a saved program imports first, besides the
-    package or the model's module (one that registers transformers' caches with its exporters); never raises."""
+    `styles_of(subject)`); `imports`: modules the process that loads a saved program imports after the package or the
+    model's module (one that registers transformers' caches with its exporters); never raises."""
     if subject not in SUBJECTS:
         raise ValueError(f"unknown subject {subject!r}; one of {', '.join(SUBJECTS)}")
     result = VerifyResult(model_type, subject)
@@ -258,7 +258,7 @@ def verify_model(
     result.eager_identical = generated is not None
     # what a process that loads the saved program imports first: the package (the README's `import torch, generated`),
     # or, for transformers' own class, the module that defines it (`from transformers import X` imports it)
-    imports = (*imports, package if generated is not None else type(original).__module__)
+    imports = (package if generated is not None else type(original).__module__, *imports)
     return check_programs(result, subject_model, programs, references, where, original, styles, imports)
 
 

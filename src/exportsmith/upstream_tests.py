@@ -1,0 +1,228 @@
+"""A test in transformers' style for one PR of the upstream series: it fails before the patch and passes after it.
+
+`export_test(model_type, codemod)` writes a standalone unittest module for transformers' repository
+(`tests/export/test_<codemod>.py`): it builds the model type's tiny model (the harness's configuration, written out
+as literals), registers its caches the way transformers' exporters do, exports its program with torch.export
+(non-strict, every dim that differs between the test's inputs dynamic) and checks the program against eager at each
+of the other inputs. Two kinds:
+
+- a decoder LM's decode step: a cache from an eager prefix, new tokens, the mask; the example has 3 new tokens after
+  5 cached ones (batch 2), the checks the first step of a generation from a 1-token prompt, batch 4 and a long past;
+- any other model's forward: its inputs at the harness's shapes (integer inputs written out as they are, float inputs
+  drawn from a seeded generator), the first shape as the example.
+
+`dtype` float16 runs the model and its float inputs in half precision (the fp16 paths the fp32 harness never takes).
+"""
+
+from __future__ import annotations
+
+import black
+import torch
+
+from .verify.check import build_original, forward_program, programs_for
+from .verify.inputs import cache_keyword
+from .verify.tasks import vocab
+
+# Integer inputs up to this many elements are written out as they are (token ids where images go, grids, masks)
+LITERAL_ELEMENTS = 4096
+HEADER = """# Copyright 2026 The HuggingFace Team. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""
+COMMON = '''
+import unittest
+
+from transformers import is_torch_available
+from transformers.testing_utils import require_torch
+
+if is_torch_available():
+    import torch
+    from torch.utils import _pytree as pytree
+
+    from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
+
+    {imports}
+
+
+CONFIG = {config}
+
+
+def dynamic_shapes(example, others):
+    """`Dim.AUTO` for every dim that differs between `example` and one of `others`, for every int (a cache's
+    counters), static otherwise; a cache as the flat list of its leaves (transformers' exporters flatten it so)."""
+
+    def dims(value, *alike):
+        if isinstance(value, torch.Tensor):
+            return {{i: torch.export.Dim.AUTO for i in range(value.dim()) if any(o.shape[i] != value.shape[i] for o in alike)}}
+        return torch.export.Dim.AUTO if type(value) is int else None
+
+    shapes = {{}}
+    for name, value in example.items():
+        if isinstance(value, (torch.Tensor, int, bool)) or value is None:
+            shapes[name] = dims(value, *(other[name] for other in others))
+        else:
+            leaves = [pytree.tree_leaves(other[name]) for other in others]
+            shapes[name] = [dims(leaf, *alike) for leaf, *alike in zip(pytree.tree_leaves(value), *leaves)]
+    return shapes
+
+
+def assert_outputs_close(test, actual, expected, tolerance):
+    actual, expected = pytree.tree_leaves(actual), pytree.tree_leaves(expected)
+    test.assertEqual(len(actual), len(expected))
+    for got, want in zip(actual, expected):
+        if isinstance(want, torch.Tensor):
+            torch.testing.assert_close(got, want, atol=tolerance, rtol=tolerance)
+'''
+DECODE = '''
+
+def decode_inputs(model, batch, new_tokens, past, seed):
+    """A decode step: `new_tokens` ids after a cache of `past` tokens that an eager forward produced."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(4, VOCAB_SIZE, (batch, past + new_tokens), generator=generator)
+    with torch.no_grad():
+        outputs = model(input_ids=ids[:, :past], use_cache=True)
+    cache = outputs.cache if "cache" in outputs else outputs.past_key_values
+    mask = torch.ones(batch, past + new_tokens, dtype=torch.long)
+    return {{"input_ids": ids[:, past:], "attention_mask": mask, "{cache_keyword}": cache}}
+
+
+VOCAB_SIZE = {vocab_size}
+
+
+@require_torch
+class {test_class}(unittest.TestCase):
+    def test_{test_name}(self):
+        """{docstring}"""
+        torch.manual_seed(0)
+        model = {model_class}({config_class}(**CONFIG)).eval(){to_dtype}
+        register_cache_pytrees_for_model(model)
+        # (batch, new tokens, past): the first step of a generation from a 1-token prompt, batch 4, a long past
+        shapes = [(2, 3, 5), (1, 1, 1), (4, 1, 9), (1, 6, 11)]
+        inputs = [decode_inputs(model, *shape, seed=seed) for seed, shape in enumerate(shapes)]
+        # contiguous example tensors: the program then guards on no strides (a sliced cache is a view)
+        example = pytree.tree_map_only(torch.Tensor, torch.Tensor.contiguous, inputs[0])
+        program = torch.export.export(
+            model, (), example, dynamic_shapes=dynamic_shapes(example, inputs[1:]), strict=False
+        )
+        for case in inputs[1:]:
+            with torch.no_grad():  # eager grows the cache it is given: give it a copy
+                expected = model(**pytree.tree_map_only(torch.Tensor, torch.clone, case))
+                actual = program.module()(**case)
+            assert_outputs_close(self, actual.logits, expected.logits, {tolerance})
+'''
+FORWARD = '''
+
+INPUTS = [
+{inputs}
+]
+
+
+@require_torch
+class {test_class}(unittest.TestCase):
+    def test_{test_name}(self):
+        """{docstring}"""
+        torch.manual_seed(0)
+        model = {model_class}({config_class}(**CONFIG)).eval(){to_dtype}
+        register_cache_pytrees_for_model(model)
+        inputs = [build() for build in INPUTS]
+        program = torch.export.export(
+            model, (), inputs[0], dynamic_shapes=dynamic_shapes(inputs[0], inputs[1:]), strict=False
+        )
+        for case in inputs[1:]:
+            with torch.no_grad():
+                expected = model(**case)
+                actual = program.module()(**case)
+            assert_outputs_close(self, actual, expected, {tolerance})
+'''
+
+
+class NoTest(Exception):
+    """The model's program takes inputs this generator cannot write out."""
+
+
+def export_test(model_type: str, codemod: str, dtype: torch.dtype = torch.float32) -> tuple[str, str]:
+    """(path inside transformers' repository, text) of the test for `codemod`'s PR, on `model_type`."""
+    original, config = build_original(model_type)
+    model_class = type(original)
+    snake = codemod.replace("-", "_")
+    cache = cache_keyword(original)
+    decoder_lm = cache is not None and not getattr(config, "is_encoder_decoder", False)
+    decoder_lm = decoder_lm and programs_for(original)[0].name == "decode"
+    half = dtype == torch.float16
+    fields = {
+        "imports": _imports(type(config), model_class),
+        "config_class": type(config).__name__,
+        "model_class": model_class.__name__,
+        "config": repr(_config_literal(config)),
+        "test_class": f"{model_class.__name__}{''.join(p.title() for p in snake.split('_'))}ExportTest",
+        "to_dtype": ".half()" if half else "",
+        "tolerance": "1e-2" if half else "1e-4",
+    }
+    if decoder_lm:
+        fields.update(
+            test_name="decode_step_exports_and_matches_eager_at_other_shapes",
+            docstring=f"The decode step's program serves other batches, new tokens and cache lengths ({codemod}).",
+            cache_keyword=cache,
+            vocab_size=vocab(config),
+        )
+        body = DECODE.format(**fields)
+    else:
+        program = forward_program(original, 0)
+        cases = [case.inputs() for case in program.cases if not case.optional]
+        fields.update(
+            test_name="forward_exports_and_matches_eager_at_other_shapes",
+            docstring=f"The forward's program serves other batches and sizes ({codemod}).",
+            inputs="\n".join(f"    lambda: {_literal(case, dtype, seed)}," for seed, case in enumerate(cases)),
+        )
+        body = FORWARD.format(**fields)
+    text = HEADER + f'"""torch.export of {model_class.__name__}: {codemod}."""\n' + COMMON.format(**fields) + body
+    return f"tests/export/test_{snake}.py", black.format_str(text, mode=black.Mode(line_length=119))
+
+
+def _imports(*classes: type) -> str:
+    """`from transformers import A, B` for classes transformers exports at its top level, else from their modules."""
+    import transformers
+
+    modules: dict[str, list[str]] = {}
+    for cls in classes:
+        module = "transformers" if getattr(transformers, cls.__name__, None) is cls else cls.__module__
+        modules.setdefault(module, []).append(cls.__name__)
+    return "\n    ".join(f"from {module} import {', '.join(names)}" for module, names in modules.items())
+
+
+def _config_literal(config) -> dict:
+    data = config.to_diff_dict()
+    data.pop("transformers_version", None)
+    return data
+
+
+def _literal(value, dtype: torch.dtype, seed: int) -> str:
+    """Python source that builds `value` (forward kwargs): integer tensors as written, float ones drawn seeded."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key!r}: {_literal(item, dtype, seed)}" for key, item in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        items = ", ".join(_literal(item, dtype, seed) for item in value)
+        return f"[{items}]" if isinstance(value, list) else f"({items},)"
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return repr(value)
+    if not isinstance(value, torch.Tensor):
+        raise NoTest(f"an input of type {type(value).__name__}")
+    if value.is_floating_point():
+        target = dtype if dtype == torch.float16 else value.dtype
+        draw = "rand" if value.numel() and 0 <= float(value.min()) and float(value.max()) <= 1 else "randn"
+        shape = tuple(value.shape)
+        return f"torch.{draw}({shape}, generator=torch.Generator().manual_seed({seed}), dtype=torch.{str(target)[6:]})"
+    if value.numel() > LITERAL_ELEMENTS:
+        low, high = int(value.min()), int(value.max()) + 1
+        return f"torch.randint({low}, {high}, {tuple(value.shape)}, generator=torch.Generator().manual_seed({seed}))"
+    return f"torch.tensor({value.tolist()!r}, dtype=torch.{str(value.dtype)[6:]})"
