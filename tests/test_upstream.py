@@ -237,10 +237,10 @@ def test_pr_text_carries_the_evidence_measured_before_and_after_the_patch():
     assert "| minimax | export-error: `decode: GuardOnDataDependentSymNode: u0 > 0` | verified | 2 | 2.5e-07 |" in text
     unmeasured = pr_description("moe-expert-loop", edits, {}, TF.version, ["minimax"])
     assert "Not measured yet: `python tools/upstream_evidence.py" in unmeasured
-    test = dict(model_type="minimax", path="tests/export/test_moe_expert_loop.py", text="", after="passed")
+    test = dict(model_type="minimax", path="tests/exporters/test_moe_expert_loop.py", text="", after="passed")
     test["before"] = "failed: GuardOnDataDependentSymNode: u0"
     with_test = pr_description("moe-expert-loop", edits, evidence, TF.version, ["minimax"], "2.13.0", test)
-    assert "## Test\n\n`tests/export/test_moe_expert_loop.py` (added by this patch)" in with_test
+    assert "## Test\n\n`tests/exporters/test_moe_expert_loop.py` (added by this patch)" in with_test
     assert "without this patch: failed (`GuardOnDataDependentSymNode: u0`); with it: passed." in with_test
 
 
@@ -326,7 +326,7 @@ def test_a_pr_test_fails_on_the_released_tree_and_passes_on_the_patched_one(tmp_
     from exportsmith.verify.patched_tree import run_test_on_tree
 
     path, text = export_test("mistral", "cache-export")
-    assert path == "tests/export/test_cache_export.py"
+    assert path == "tests/exporters/test_cache_export.py"
     assert "class MistralForCausalLMCacheExportExportTest(unittest.TestCase):" in text
     compile(text, path, "exec")
     assert run_test_on_tree(patched_tree / "src", text, tmp_path) == "passed"
@@ -345,7 +345,7 @@ def test_a_forward_pr_test_writes_its_inputs_out():
     from exportsmith.upstream_tests import export_test
 
     path, text = export_test("qwen2_5_vl_vision", "vision-grid-loops")
-    assert path == "tests/export/test_vision_grid_loops.py"
+    assert path == "tests/exporters/test_vision_grid_loops.py"
     assert '"grid_thw": torch.tensor([[1, 8, 8], [1, 10, 6]], dtype=torch.int64)' in text
     assert "def test_forward_exports_and_matches_eager_at_other_shapes(self):" in text
     compile(text, path, "exec")

@@ -1,17 +1,18 @@
 """A test in transformers' style for one PR of the upstream series: it fails before the patch and passes after it.
 
 `export_test(model_type, codemod)` writes a standalone unittest module for transformers' repository
-(`tests/export/test_<codemod>.py`): it builds the model type's tiny model (the harness's configuration, written out
-as literals), registers its caches the way transformers' exporters do, exports its program with torch.export
-(non-strict, every dim that differs between the test's inputs dynamic) and checks the program against eager at each
-of the other inputs. Two kinds:
+(`tests/exporters/test_<codemod>.py`, beside its own export tests): it builds the model type's tiny model (the
+harness's configuration, written out as literals), registers its caches the way transformers' exporters do, exports
+its program with torch.export (non-strict, every dim that differs between the test's inputs dynamic) and checks the
+program against eager at each of the other inputs. Two kinds:
 
 - a decoder LM's decode step: a cache from an eager prefix, new tokens, the mask; the example has 3 new tokens after
   5 cached ones (batch 2), the checks the first step of a generation from a 1-token prompt, batch 4 and a long past;
 - any other model's forward: its inputs at the harness's shapes (integer inputs written out as they are, float inputs
   drawn from a seeded generator), the first shape as the example.
 
-`dtype` float16 runs the model and its float inputs in half precision (the fp16 paths the fp32 harness never takes).
+`dtype` float16 runs the model and its float inputs in half precision (the fp16 paths the fp32 harness never takes);
+`overrides` adds configuration keywords (the eager experts loop, which transformers' default `grouped_mm` skips).
 """
 
 from __future__ import annotations
@@ -150,8 +151,11 @@ class NoTest(Exception):
     """The model's program takes inputs this generator cannot write out."""
 
 
-def export_test(model_type: str, codemod: str, dtype: torch.dtype = torch.float32) -> tuple[str, str]:
-    """(path inside transformers' repository, text) of the test for `codemod`'s PR, on `model_type`."""
+def export_test(
+    model_type: str, codemod: str, dtype: torch.dtype = torch.float32, overrides: dict | None = None
+) -> tuple[str, str]:
+    """(path inside transformers' repository, text) of the test for `codemod`'s PR, on `model_type`; `overrides` are
+    configuration keywords the test adds (`experts_implementation="eager"`: the path a default config does not take)."""
     original, config = build_original(model_type)
     model_class = type(original)
     snake = codemod.replace("-", "_")
@@ -163,7 +167,7 @@ def export_test(model_type: str, codemod: str, dtype: torch.dtype = torch.float3
         "imports": _imports(type(config), model_class),
         "config_class": type(config).__name__,
         "model_class": model_class.__name__,
-        "config": repr(_config_literal(config)),
+        "config": repr({**_config_literal(config), **(overrides or {})}),
         "test_class": f"{model_class.__name__}{''.join(p.title() for p in snake.split('_'))}ExportTest",
         "to_dtype": ".half()" if half else "",
         "tolerance": "1e-2" if half else "1e-4",
@@ -186,7 +190,7 @@ def export_test(model_type: str, codemod: str, dtype: torch.dtype = torch.float3
         )
         body = FORWARD.format(**fields)
     text = HEADER + f'"""torch.export of {model_class.__name__}: {codemod}."""\n' + COMMON.format(**fields) + body
-    return f"tests/export/test_{snake}.py", black.format_str(text, mode=black.Mode(line_length=119))
+    return f"tests/exporters/test_{snake}.py", black.format_str(text, mode=black.Mode(line_length=119))
 
 
 def _imports(*classes: type) -> str:
