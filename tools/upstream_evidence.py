@@ -14,7 +14,7 @@ DIR/evidence.json, which `exportsmith diff --all --out DIR --evidence DIR/eviden
 A patch's representatives: the model types of the modules it edits whose generated copies verify (generated/
 COVERAGE.json), tried in order (those whose original class does not export first) until one fails without the patch,
 `--tries` at most; for a patch that changes shared modules, also the model that exercises them
-(`SHARED_REPRESENTATIVES`). Resumable: a patch already in
+(`REPRESENTATIVES`). Resumable: a patch already in
 evidence.json is not measured again (delete the file to start over).
 """
 
@@ -38,22 +38,27 @@ from exportsmith.upstream_tests import NoTest, export_test
 from exportsmith.verify.patched_tree import run_test_on_tree, verify_on_tree
 
 ROOT = Path(__file__).resolve().parents[1]
-# The model that shows a change to a shared module: a sliding-window decoder for the cache's counters and its
-# sliding-window layer, one with sliding-window and full-attention layers for the masks
-SHARED_REPRESENTATIVES = {
+# The models known to exercise a patch, measured first: for a shared module, a model that takes the changed path (a
+# sliding-window decoder for the cache's counters and layer; models whose masks pass an `and`/`or` mask function, which
+# transformers expands with vmap); for a model patch, one of its models whose harness inputs reach the rewritten site
+REPRESENTATIVES = {
     "cache-export": ["mistral"],
     "sliding-window-cache": ["mistral"],
     "pad-to-min-length": ["llama"],
     "export-early-return": ["llama"],
+    "cond-branches": ["wav2vec2"],
     "vision-grid-loops": ["qwen2_5_vl_vision"],  # position ids and window index
     "exclusive-cumsum": ["qwen3_vl_vision"],  # interpolation indices
-    "vmap-masks": ["gemma3"],
+    "vmap-masks": ["unlimited_ocr_text", "t5gemma2_encoder"],
 }
 # Codemods whose paths only half precision takes: their test runs the model in float16
 HALF_PRECISION = {"fp16-clamp"}
 # Codemods whose paths a default configuration does not take: their test sets these (transformers 5.x runs MoE experts
 # with `grouped_mm` by default; the loop the rewrite changes is the `eager` implementation)
 TEST_CONFIG = {"moe-expert-loop": {"experts_implementation": "eager"}}
+# Patches that make the same sites export in their own way when a patch is left out: "before" leaves them out too
+# (cond-branches turns the fp16 clamp's `if` into a torch.cond when fp16-clamp has not made it branch-free)
+OVERLAPS = {"fp16-clamp": ("cond-branches",)}
 _EDITED_MODEL = re.compile(r"^diff --git a/src/transformers/models/(\w+)/", re.MULTILINE)
 
 
@@ -64,13 +69,14 @@ def representatives(name: str, patch: str, coverage: dict, tf) -> tuple[list[str
     candidates = [t for module in modules if module in tf.models for t in tf.models[module].model_types]
     verified = [t for t in candidates if cells.get(t, {}).get("generated", {}).get("status") == "ok"]
     verified.sort(key=lambda t: (cells[t]["original"]["status"] == "ok", t))  # original fails first
-    shared = SHARED_REPRESENTATIVES.get(name, [])
+    shared = REPRESENTATIVES.get(name, [])
     return shared, [t for t in verified if t not in shared]
 
 
 def without(name: str) -> tuple:
-    """The codemods whose upstream form is every patch of the series but `name`'s."""
-    return tuple(codemod for codemod in ALL_CODEMODS if upstream_codemods((codemod,))[0].NAME != name)
+    """The codemods whose upstream form is every patch of the series but `name`'s (and its OVERLAPS)."""
+    left_out = {name, *OVERLAPS.get(name, ())}
+    return tuple(codemod for codemod in ALL_CODEMODS if upstream_codemods((codemod,))[0].NAME not in left_out)
 
 
 class Tree:
@@ -138,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             measured[model_type] = {"before": before, "after": after[model_type]}
             print(f"  {model_type}: {_verdict(before)} -> {_verdict(after[model_type])}", file=sys.stderr, flush=True)
         patches[stem] = measured
+        evidence.setdefault("left_out", {})[stem] = [name, *OVERLAPS.get(name, ())]
         evidence["date"] = datetime.date.today().isoformat()
         out.write_text(json.dumps(evidence, indent=1, sort_keys=True) + "\n")
     tests = evidence.setdefault("tests", {})
@@ -164,7 +171,9 @@ def pr_test(stem: str, measured: dict, tree: Tree, cache: ContentCache, module_o
         path, text = export_test(model_type, name, torch.float16 if half else torch.float32, TEST_CONFIG.get(name))
     except NoTest as error:
         return {"model_type": model_type, "why": f"no test written: {error}"}
-    result = {"model_type": model_type, "path": path, "text": text}
+    result = {"model_type": model_type, "path": path, "text": text, "overrides": TEST_CONFIG.get(name, {})}
+    if half:
+        result["overrides"] = {**result["overrides"], "dtype": "float16"}
     for state, codemods in (("before", without(name)), ("after", ALL_CODEMODS)):
         tree.lay_out(module_of[model_type], codemods, cache)
         result[state] = run_test_on_tree(tree.src, text, work)

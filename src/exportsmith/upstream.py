@@ -52,6 +52,7 @@ def pr_description(
     model_types: list[str],
     torch: str = "",
     test: dict | None = None,
+    left_out: list[str] = (),
 ) -> str:
     """Markdown for the patch of one codemod. `evidence` maps model types to their records before and after the patch
     (`tools/upstream_evidence.py`: `{"before": record, "after": record}`, `verify_model` records); `test` is the PR's
@@ -95,7 +96,7 @@ def pr_description(
             "--evidence DIR/evidence.json`."
         )
     else:
-        lines.append(_evidence(evidence, version, torch))
+        lines.append(_evidence(evidence, version, torch, left_out))
     if test:
         lines.append("\n## Test\n")
         lines.append(_test(test))
@@ -123,10 +124,11 @@ def new_file_diff(path: str, text: str) -> str:
     return f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1,{len(lines)} @@\n{body}"
 
 
-def _evidence(evidence: dict[str, dict], version: str, torch: str) -> str:
+def _evidence(evidence: dict[str, dict], version: str, torch: str, left_out: list[str] = ()) -> str:
+    others = "".join(f" and without `{name}`" for name in left_out[1:])
     head = (
-        f"On transformers {version} and torch {torch}, with the patches before this one applied (before) and with this "
-        "one too (after): transformers' own classes, caches registered the way transformers' exporters register "
+        f"On transformers {version} and torch {torch}, the series applied without this patch{others} (before) and the "
+        "whole series (after): transformers' own classes, caches registered the way transformers' exporters register "
         "them, exported (non-strict) with dynamic batch, new-token and past dims in three dynamic-shape styles, run "
         "at every case (batch 1 to 4, 1-token prompts, a 1-token cache, ...) against eager, saved and loaded in a "
         "fresh process, and for an LM driven in greedy loops against `generate()`.\n"
@@ -182,7 +184,10 @@ def patch_series(
         if test and "text" in test:
             patch += new_file_diff(test["path"], test["text"])
         files[f"{stem}.patch"] = patch
-        files[f"{stem}.md"] = pr_description(name, found, measured, version, types, evidence.get("torch", ""), test)
+        left_out = evidence.get("left_out", {}).get(stem, [name]) if ours else [name]
+        files[f"{stem}.md"] = pr_description(
+            name, found, measured, version, types, evidence.get("torch", ""), test, left_out
+        )
         order.append(f"{stem}.patch")
     files["series"] = "".join(f"{name}\n" for name in order)
     return files

@@ -3,8 +3,8 @@
 `export_test(model_type, codemod)` writes a standalone unittest module for transformers' repository
 (`tests/exporters/test_<codemod>.py`, beside its own export tests): it builds the model type's tiny model (the
 harness's configuration, written out as literals), registers its caches the way transformers' exporters do, exports
-its program with torch.export (non-strict, every dim that differs between the test's inputs dynamic) and checks the
-program against eager at each of the other inputs. Two kinds:
+its program with torch.export (non-strict, every dim that differs between the test's inputs dynamic), saves and loads
+it, and checks it against eager at each of the other inputs. Two kinds:
 
 - a decoder LM's decode step: a cache from an eager prefix, new tokens, the mask; the example has 3 new tokens after
   5 cached ones (batch 2), the checks the first step of a generation from a 1-token prompt, batch 4 and a long past;
@@ -41,6 +41,7 @@ HEADER = """# Copyright 2026 The HuggingFace Team. All rights reserved.
 # limitations under the License.
 """
 COMMON = '''
+import io
 import unittest
 
 from transformers import is_torch_available
@@ -75,6 +76,16 @@ def dynamic_shapes(example, others):
             leaves = [pytree.tree_leaves(other[name]) for other in others]
             shapes[name] = [dims(leaf, *alike) for leaf, *alike in zip(pytree.tree_leaves(value), *leaves)]
     return shapes
+
+
+def saved_and_loaded(program):
+    """The program after `torch.export.save` and `torch.export.load`, as a user ships it: its graph and weights, not
+    its example inputs (those would be unpickled, and a cache is not among `torch.load`'s weights-only globals)."""
+    program.example_inputs = None
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer)
+    buffer.seek(0)
+    return torch.export.load(buffer)
 
 
 def assert_outputs_close(test, actual, expected, tolerance):
@@ -115,6 +126,7 @@ class {test_class}(unittest.TestCase):
         program = torch.export.export(
             model, (), example, dynamic_shapes=dynamic_shapes(example, inputs[1:]), strict=False
         )
+        program = saved_and_loaded(program)
         for case in inputs[1:]:
             with torch.no_grad():  # eager grows the cache it is given: give it a copy
                 expected = model(**pytree.tree_map_only(torch.Tensor, torch.clone, case))
@@ -139,6 +151,7 @@ class {test_class}(unittest.TestCase):
         program = torch.export.export(
             model, (), inputs[0], dynamic_shapes=dynamic_shapes(inputs[0], inputs[1:]), strict=False
         )
+        program = saved_and_loaded(program)
         for case in inputs[1:]:
             with torch.no_grad():
                 expected = model(**case)
@@ -155,7 +168,8 @@ def export_test(
     model_type: str, codemod: str, dtype: torch.dtype = torch.float32, overrides: dict | None = None
 ) -> tuple[str, str]:
     """(path inside transformers' repository, text) of the test for `codemod`'s PR, on `model_type`; `overrides` are
-    configuration keywords the test adds (`experts_implementation="eager"`: the path a default config does not take)."""
+    configuration keywords the test adds (`experts_implementation="eager"`: the path a default config does not take).
+    """
     original, config = build_original(model_type)
     model_class = type(original)
     snake = codemod.replace("-", "_")
