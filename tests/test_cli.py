@@ -78,7 +78,7 @@ def test_diff_puts_the_evidence_of_the_installed_release_into_the_pr_texts(tmp_p
     from exportsmith.discover import find_transformers
 
     version = find_transformers().version
-    after = {"ok": True, "failure": None, "cases": [dict(max_diff=1e-6)]}
+    after = {"ok": True, "failure": None, "cases": 1, "max_diff": 1e-6}
     before = {"ok": False, "failure": "export-error", "message": "decode: boom"}
     assert run("diff", "minimax", "--out", str(tmp_path / "series")).exit_code == 0
     (patch,) = (tmp_path / "series").glob("*-moe-expert-loop.patch")

@@ -228,9 +228,9 @@ def test_pr_text_carries_the_evidence_measured_before_and_after_the_patch():
     from exportsmith.upstream import Edit, pr_description
 
     rendered = render(TF, ["minimax"])
-    case = dict(program="decode", name="x", batch=1, new_tokens=1, past=7, max_diff=2.5e-7, error=None)
     before = {"ok": False, "failure": "export-error", "message": "decode: GuardOnDataDependentSymNode: u0 > 0; more"}
-    evidence = {"minimax": {"before": before, "after": {"ok": True, "failure": None, "cases": [case, case]}}}
+    after = {"ok": True, "failure": None, "message": "", "cases": 2, "max_diff": 2.5e-7}
+    evidence = {"minimax": {"before": before, "after": after}}
     edits = [Edit(change, change.original, change.rewritten) for change in rendered.upstream["minimax"]]
     text = pr_description("moe-expert-loop", edits, evidence, TF.version, ["minimax"], "2.13.0")
     assert "## Evidence, measured on the patched transformers tree" in text
@@ -242,6 +242,9 @@ def test_pr_text_carries_the_evidence_measured_before_and_after_the_patch():
     with_test = pr_description("moe-expert-loop", edits, evidence, TF.version, ["minimax"], "2.13.0", test)
     assert "## Test\n\n`tests/exporters/test_moe_expert_loop.py` (added by this patch)" in with_test
     assert "without this patch: failed (`GuardOnDataDependentSymNode: u0`); with it: passed." in with_test
+    assert "Not ready to send" not in with_test
+    untested = pr_description("moe-expert-loop", edits, evidence, TF.version, ["minimax"], "2.13.0", {"why": "none"})
+    assert "**Not ready to send**: none (see Evidence)." in untested
 
 
 def test_patches_are_byte_stable_across_processes(tmp_path):

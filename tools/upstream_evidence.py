@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                 after.update(verify_on_tree(tree.src, [model_type], args.work))
             tree.lay_out(module_of[model_type], without(name), cache)
             before = verify_on_tree(tree.src, [model_type], args.work)[model_type]
-            measured[model_type] = {"before": before, "after": after[model_type]}
+            measured[model_type] = {"before": summary(before), "after": summary(after[model_type])}
             print(f"  {model_type}: {_verdict(before)} -> {_verdict(after[model_type])}", file=sys.stderr, flush=True)
         patches[stem] = measured
         evidence.setdefault("left_out", {})[stem] = [name, *OVERLAPS.get(name, ())]
@@ -178,6 +178,19 @@ def pr_test(stem: str, measured: dict, tree: Tree, cache: ContentCache, module_o
         tree.lay_out(module_of[model_type], codemods, cache)
         result[state] = run_test_on_tree(tree.src, text, work)
     return result
+
+
+def summary(record: dict) -> dict:
+    """What a PR text shows of a `verify_model` record: the verdict, why, the cases that ran and their largest
+    max|diff| against eager."""
+    diffs = [case["max_diff"] for case in record.get("cases", []) if case.get("max_diff") is not None]
+    return {
+        "ok": record["ok"],
+        "failure": record["failure"],
+        "message": (record.get("message") or "")[:500],
+        "cases": len(record.get("cases", [])),
+        "max_diff": max(diffs) if diffs else None,
+    }
 
 
 def _verdict(record: dict) -> str:

@@ -55,7 +55,8 @@ def pr_description(
     left_out: list[str] = (),
 ) -> str:
     """Markdown for the patch of one codemod. `evidence` maps model types to their records before and after the patch
-    (`tools/upstream_evidence.py`: `{"before": record, "after": record}`, `verify_model` records); `test` is the PR's
+    (`tools/upstream_evidence.py`: `{"before": summary, "after": summary}`, summaries of `verify_model` records:
+    ok, failure, message, how many cases ran and their largest max|diff|); `test` is the PR's
     test and its verdicts there (`{"model_type", "path", "text", "before", "after"}`, or `{"why"}` when it has none).
     """
     lines = [f"# torch.export support: `{codemod}`\n"]
@@ -63,6 +64,10 @@ def pr_description(
         f"Against transformers {version}; produced by exportsmith (`exportsmith diff`). One mechanism: every change "
         "this rewrite makes, applied on top of the patches before it in `series`.\n"
     )
+    if test and "text" not in test:
+        lines.append(
+            f"**Not ready to send**: {test['why']} (see Evidence). A PR needs a test that fails without it.\n"
+        )
     lines.append("## What changed and why\n")
     lines.append(_DESCRIPTIONS.get(codemod, ""))
     shown = ", ".join(model_types[:40]) + (f" and {len(model_types) - 40} more" if len(model_types) > 40 else "")
@@ -136,11 +141,9 @@ def _evidence(evidence: dict[str, dict], version: str, torch: str, left_out: lis
     rows = ["| model | before | after | cases | max abs diff vs eager |", "|---|---|---|---|---|"]
     for model_type, pair in sorted(evidence.items()):
         after = pair["after"]
-        diffs = [case["max_diff"] for case in after.get("cases", []) if case.get("max_diff") is not None]
-        largest = f"{max(diffs):.2g}" if diffs else "-"
+        largest = "-" if after.get("max_diff") is None else f"{after['max_diff']:.2g}"
         rows.append(
-            f"| {model_type} | {_outcome(pair['before'])} | {_outcome(after)} | {len(after.get('cases', []))} | "
-            f"{largest} |"
+            f"| {model_type} | {_outcome(pair['before'])} | {_outcome(after)} | {after.get('cases', 0)} | {largest} |"
         )
     return head + "\n" + "\n".join(rows) + "\n"
 
