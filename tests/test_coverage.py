@@ -168,6 +168,19 @@ def test_retry_and_models_select_the_records_to_check_again():
     assert not coverage.forgotten(line, [], ["vits"])
 
 
+def test_an_interrupted_recheck_resumes_instead_of_forgetting_again(tmp_path):
+    path = tmp_path / "generated.jsonl"
+    path.write_text("".join(json.dumps({"model_type": name, "status": "ok"}) + "\n" for name in ("a", "b")))
+    coverage.forget_once(path, [], ["a"])
+    assert set(coverage.recorded(path)) == {"b"}
+    with path.open("a") as out:  # the re-check of a was done, then the sweep was interrupted
+        out.write(json.dumps({"model_type": "a", "status": "export-error"}) + "\n")
+    coverage.forget_once(path, [], ["a"])  # the same command again: a stays checked
+    assert coverage.recorded(path)["a"]["status"] == "export-error"
+    coverage.forget_once(path, [], ["a", "b"])  # another selection forgets
+    assert coverage.recorded(path) == {}
+
+
 def test_columns_without_records_carry_an_earlier_tables_cells_and_say_so():
     earlier = {
         "date": "2026-01-01",

@@ -7,6 +7,7 @@
     python tools/coverage.py --render-only   # rewrite the table from the records already in the work directory
     python tools/coverage.py --retry build eager timeout   # check again the model types recorded with these statuses
     python tools/coverage.py --models opt vits --columns generated   # check again these model types only
+                                             # (--retry/--models interrupted: the same command resumes it)
     python tools/coverage.py --shard 2/4 --work build/shard2   # one machine's quarter of the sweep, records only
     python tools/coverage.py --merge build/shard1 ... build/shard4   # their records, one table
     python tools/coverage.py --compare OLD.json NEW.json   # the model types that moved between two tables
@@ -81,6 +82,22 @@ def sweep_column(
 def forgotten(record: dict, statuses: list[str], models: list[str]) -> bool:
     """Whether --retry STATUS... and --models MODEL_TYPE... (both when both are given) select a record."""
     return (not statuses or record["status"] in statuses) and (not models or record["model_type"] in models)
+
+
+def recheck_note(path: Path) -> Path:
+    return path.with_name(path.name + ".recheck")
+
+
+def forget_once(path: Path, statuses: list[str], models: list[str]) -> None:
+    """Forgets the records of `path` that --retry/--models select, once per selection: the selection stays noted
+    beside the records until the column's sweep ends, so that an interrupted re-check resumes where it stopped
+    instead of forgetting what it already checked again."""
+    note, selection = recheck_note(path), json.dumps({"retry": sorted(statuses), "models": sorted(models)})
+    if note.exists() and note.read_text() == selection:
+        return
+    kept = [line for line in recorded(path).values() if not forgotten(line, statuses, models)]
+    path.write_text("".join(json.dumps(line) + "\n" for line in kept))
+    note.write_text(selection)
 
 
 def cell(record: dict | None) -> dict:
@@ -513,13 +530,13 @@ def main(argv: list[str] | None = None) -> int:
             if args.fresh:
                 work.unlink(missing_ok=True)
             elif args.retry or args.models:
-                kept = [line for line in recorded(work).values() if not forgotten(line, args.retry, args.models)]
-                work.write_text("".join(json.dumps(line) + "\n" for line in kept))
+                forget_once(work, args.retry, args.models)
         if {"generated", ONNX} & set(args.columns):
             generate_all(package)
         earlier = json.loads((args.carry or args.keep).read_text()) if args.carry or args.keep else None
         for column in args.columns:
             sweep_column(column, swept_types, args.work, package, args.jobs, args.timeout, earlier)
+            recheck_note(args.work / f"{column}.jsonl").unlink(missing_ok=True)  # the re-check is complete
         if args.shard:
             print(f"shard {args.shard}: records in {args.work}; merge the shards with --merge", file=sys.stderr)
             return 0
