@@ -238,9 +238,11 @@ def test_pr_text_carries_the_evidence_measured_before_and_after_the_patch():
     unmeasured = pr_description("moe-expert-loop", edits, {}, TF.version, ["minimax"])
     assert "Not measured yet: `python tools/upstream_evidence.py" in unmeasured
     test = dict(model_type="minimax", path="tests/exporters/test_moe_expert_loop.py", text="", after="passed")
+    test["overrides"] = {"experts_implementation": "eager"}
     test["before"] = "failed: GuardOnDataDependentSymNode: u0"
     with_test = pr_description("moe-expert-loop", edits, evidence, TF.version, ["minimax"], "2.13.0", test)
     assert "## Test\n\n`tests/exporters/test_moe_expert_loop.py` (added by this patch)" in with_test
+    assert "exports minimax's tiny model (`experts_implementation='eager'`) and checks" in with_test
     assert "without this patch: failed (`GuardOnDataDependentSymNode: u0`); with it: passed." in with_test
     assert "Not ready to send" not in with_test
     untested = pr_description("moe-expert-loop", edits, evidence, TF.version, ["minimax"], "2.13.0", {"why": "none"})

@@ -112,9 +112,12 @@ def _test(test: dict) -> str:
     if "text" not in test:
         return f"None yet: {test['why']}."
     before, after = (test[state].replace("`", "'") for state in ("before", "after"))
+    settings = ", ".join(f"`{key}={value!r}`" for key, value in sorted(test.get("overrides", {}).items()))
     return (
-        f"`{test['path']}` (added by this patch) exports {test['model_type']}'s tiny model and checks the program "
-        f"against eager at other shapes. pytest on the tree without this patch: {before.split(': ', 1)[0]}"
+        f"`{test['path']}` (added by this patch) exports {test['model_type']}'s tiny model"
+        + (f" ({settings})" if settings else "")
+        + " and checks the program against eager at other shapes. pytest on the tree without this patch: "
+        f"{before.split(': ', 1)[0]}"
         + (f" (`{before.split(': ', 1)[1][:200]}`)" if ": " in before else "")
         + f"; with it: {after.split(': ', 1)[0]}"
         + (f" (`{after.split(': ', 1)[1][:200]}`)" if ": " in after else "")
