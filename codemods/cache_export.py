@@ -28,7 +28,14 @@ import libcst as cst
 import libcst.matchers as m
 
 from .base import Codemod
-from .cache_pytree import CachePytreeRegistration, _base_names, _cache_utils_imports, _counters, _defined_above
+from .cache_pytree import (
+    CachePytreeRegistration,
+    _base_names,
+    _cache_utils_imports,
+    _counters,
+    _defined_above,
+    cache_classes,
+)
 
 COUNTERS = "_export_counters"
 FLATTEN = "_flatten_to_context"
@@ -97,9 +104,7 @@ class CacheExportCounters(Codemod):
     def _declare_counters(self, tree: cst.Module) -> cst.Module:
         classes = [stmt for stmt in tree.body if isinstance(stmt, cst.ClassDef)]
         defines_api = {"Cache", "CacheLayerMixin"} <= {cls.name.value for cls in classes}
-        finder = CachePytreeRegistration(self.context)
-        finder.tree = tree
-        caches = finder._cache_classes(classes, _cache_utils_imports(tree), defines_api)
+        caches = [cls for cls, _ in cache_classes(classes, _cache_utils_imports(tree), defines_api)]
         counters = _counters(classes)
         wanted = {}
         for cls in caches:

@@ -317,6 +317,32 @@ def _fitted(statement: str) -> str:
     return black.format_str(statement, mode=black.Mode(line_length=LINE_LENGTH))
 
 
+def cache_classes(
+    classes: list[cst.ClassDef], imports: list[cst.ImportFrom], defines_api: bool
+) -> list[tuple[cst.ClassDef, bool]]:
+    """Module-level cache classes, in source order, each with whether only its name (`*Cache`) makes it one."""
+    imported = {alias.evaluated_alias or alias.evaluated_name for node in imports for alias in node.names}
+    caches: set[str] = set(CACHE_ROOTS) if defines_api else set()
+    changed = True
+    while changed:  # transitive closure over the module's own classes
+        changed = False
+        for cls in classes:
+            name = cls.name.value
+            if name not in caches and any(base in caches or base in imported for base in _base_names(cls)):
+                caches.add(name)
+                changed = True
+    result = []
+    for cls in classes:
+        name = cls.name.value
+        if "ABC" in _base_names(cls):
+            continue  # abstract: never instantiated, so never flattened
+        if name in caches:
+            result.append((cls, False))
+        elif name.endswith("Cache") and not defines_api:
+            result.append((cls, True))
+    return result
+
+
 class CachePytreeRegistration(Codemod):
     NAME = "cache-pytree"
     DESCRIPTION = "Registers Cache classes and cache layers as pytree nodes, so torch.export takes and returns them."
@@ -357,28 +383,12 @@ class CachePytreeRegistration(Codemod):
     def _cache_classes(
         self, classes: list[cst.ClassDef], imports: list[cst.ImportFrom], defines_api: bool
     ) -> list[cst.ClassDef]:
-        """Module-level cache classes, in source order."""
-        imported = {alias.evaluated_alias or alias.evaluated_name for node in imports for alias in node.names}
-        caches: set[str] = set(CACHE_ROOTS) if defines_api else set()
-        changed = True
-        while changed:  # transitive closure over the module's own classes
-            changed = False
-            for cls in classes:
+        found = cache_classes(classes, imports, defines_api)
+        for cls, by_name in found:
+            if by_name:
                 name = cls.name.value
-                if name not in caches and any(base in caches or base in imported for base in _base_names(cls)):
-                    caches.add(name)
-                    changed = True
-        result = []
-        for cls in classes:
-            name = cls.name.value
-            if "ABC" in _base_names(cls):
-                continue  # abstract: never instantiated, so never flattened
-            if name in caches:
-                result.append(cls)
-            elif name.endswith("Cache") and not defines_api:
                 self.report(self._line(cls), "note", f"class {name}", "registered because its name ends in `Cache`")
-                result.append(cls)
-        return result
+        return [cls for cls, _ in found]
 
     def _append_machinery(self, tree: cst.Module, todo: list[cst.ClassDef]) -> cst.Module:
         body = list(tree.body)
