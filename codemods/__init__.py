@@ -3,8 +3,8 @@
 from .base import Codemod, Finding
 from .cache_export import CacheExportCounters
 from .cache_pytree import CachePytreeRegistration
+from .chunk_padding import ChunkPadding
 from .cond_branches import CondBranches
-from .conv_output_tail import ConvOutputTail
 from .exclusive_cumsum import ExclusiveCumsum
 from .fp16_clamp import Fp16Clamp
 from .export_early_return import ExportEarlyReturn
@@ -21,7 +21,7 @@ ALL_CODEMODS: tuple[type[Codemod], ...] = (
     CachePytreeRegistration,
     SlidingWindowCache,
     PadToMinLength,
-    ConvOutputTail,
+    ChunkPadding,
     TensorLen,
     TakeAlongDimGather,
     ExportEarlyReturn,

@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REPRESENTATIVES = {
     "cache-export": ["mistral"],
     "sliding-window-cache": ["mistral"],
-    "pad-to-min-length": ["llama"],
+    "pad-to-min-length": ["llama", "lfm2"],  # the mask padding; the conv states of update_conv_state
     "export-early-return": ["llama"],
     "cond-branches": ["wav2vec2"],
     "vision-grid-loops": ["qwen2_5_vl_vision"],  # position ids and window index

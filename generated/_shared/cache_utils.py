@@ -281,12 +281,10 @@ class LinearAttentionLayer(transformers.cache_utils.LinearAttentionLayer):
             self.has_previous_state[state_idx] = True
             # In this case, need to pad it to fit the conv_kernel_size
             if torch.compiler.is_exporting() and not self.record_past:
-                # A length test makes torch.export guard on the side of the minimum the length is on: the last
-                # max(length, minimum) positions of the padding then the states are the padded states when
-                # shorter, the states otherwise
-                zeros = full_conv_states.new_zeros((*full_conv_states.shape[:-1], self.conv_kernel_size[state_idx]))
-                kept_length = torch.sym_max(full_conv_states.shape[-1], self.conv_kernel_size[state_idx])
-                full_conv_states = torch.cat([zeros, full_conv_states], dim=-1)[..., -kept_length:]
+                # A length test makes torch.export guard on the side of the minimum the length is on: the
+                # states take the whole minimum as padding instead (callers read them right-aligned, as they
+                # read a decode step's states behind the cached ones)
+                full_conv_states = torch.nn.functional.pad(full_conv_states, (self.conv_kernel_size[state_idx], 0))
             elif not self.record_past and full_conv_states.shape[-1] < self.conv_kernel_size[state_idx]:
                 padding_length = self.conv_kernel_size[state_idx] - full_conv_states.shape[-1]
                 full_conv_states = torch.nn.functional.pad(full_conv_states, (padding_length, 0), value=0)
