@@ -212,7 +212,7 @@ def test_columns_without_records_keep_a_table_of_this_harness_and_its_own_carrie
     earlier = {
         "date": "2026-02-02",
         "transformers": "5.24.0",
-        "moves": {"needs": {"cond-branches": ["a"]}},
+        "moves": {"needs": {"cond-branches": ["a"], "a-deleted-codemod": ["b"]}},
         "carried": {"date": "2026-01-01", "columns": ["onnx", "ablations"]},
         "models": [
             {
@@ -231,6 +231,7 @@ def test_columns_without_records_keep_a_table_of_this_harness_and_its_own_carrie
     whole = {"date": "2026-02-02", "cells": 2}
     assert data["kept"] == {"original": whole, "dynamo-exporter": whole, "generated": whole, "greedy": whole}
     assert data["carried"] == {"date": "2026-01-01", "columns": ["ablations"]}  # onnx is swept in this run
+    assert data["moves"]["needs"] == {"cond-branches": ["a"]}  # what a deleted codemod brought is gone with it
     assert rows["a"]["generated"]["status"] == "ok" and rows["a"][coverage.GREEDY]["status"] == "ok"
     assert rows["a"]["onnx"]["status"] == "mismatch" and rows["b"]["onnx"]["status"] == "skipped"
     text = coverage.markdown(data, {column: 3600.0 * (column == "onnx") for column in coverage.SWEPT})

@@ -39,6 +39,7 @@ import torch
 import transformers
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
+from codemods import ALL_CODEMODS
 from exportsmith.verify.check import SUBJECTS
 from exportsmith.verify.isolate import JOBS, check_export, check_onnx, recorded, sweep
 from exportsmith.verify.onnx_check import ONNX_MAX_ABS_DIFF
@@ -228,8 +229,9 @@ def table(
         carried["cells"] = {column: count for column, count in cells.items() if count}
     totals = {column: sum(row[column]["status"] == "ok" for row in rows) for column in COLUMNS}
     moved = moves(rows, ablations)
-    if "ablations" in empty:
-        moved["needs"] = earlier["moves"]["needs"]
+    if "ablations" in empty:  # but a codemod deleted since has nothing left to need
+        codemods = {codemod.NAME for codemod in ALL_CODEMODS}
+        moved["needs"] = {name: types for name, types in earlier["moves"]["needs"].items() if name in codemods}
     return {
         "transformers": transformers.__version__,
         "torch": torch.__version__,
