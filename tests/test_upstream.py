@@ -354,3 +354,16 @@ def test_a_forward_pr_test_writes_its_inputs_out():
     assert '"grid_thw": torch.tensor([[1, 8, 8], [1, 10, 6]], dtype=torch.int64)' in text
     assert "def test_forward_exports_and_matches_eager_at_other_shapes(self):" in text
     compile(text, path, "exec")
+
+
+def test_a_decode_test_can_declare_its_new_tokens_with_a_named_dim():
+    from exportsmith.upstream_tests import NoTest, export_test
+
+    _, text = export_test("llama", "chunk-padding", named_tokens=True)
+    compile(text, "test_chunk_padding.py", "exec")
+    assert "def with_named_tokens(shapes):" in text
+    assert "dynamic_shapes=with_named_tokens(dynamic_shapes(example, inputs[1:]))" in text
+    _, plain = export_test("llama", "chunk-padding")
+    assert "with_named_tokens" not in plain
+    with pytest.raises(NoTest, match="decode step only"):
+        export_test("bert", "chunk-padding", named_tokens=True)

@@ -56,6 +56,9 @@ HALF_PRECISION = {"fp16-clamp"}
 # Codemods whose paths a default configuration does not take: their test sets these (transformers 5.x runs MoE experts
 # with `grouped_mm` by default; the loop the rewrite changes is the `eager` implementation)
 TEST_CONFIG = {"moe-expert-loop": {"experts_implementation": "eager"}}
+# Codemods whose failures `Dim.AUTO` accepts (the guards hold over the range, torch cannot prove it): their test declares
+# the new tokens with a named dim, as users do
+NAMED_TOKENS = {"chunk-padding"}
 # Patches that make the same sites export in their own way when a patch is left out: "before" leaves them out too
 # (cond-branches turns the fp16 clamp's `if` into a torch.cond when fp16-clamp has not made it branch-free)
 OVERLAPS = {"fp16-clamp": ("cond-branches",)}
@@ -168,12 +171,15 @@ def pr_test(stem: str, measured: dict, tree: Tree, cache: ContentCache, module_o
         return {"why": "no representative fails without the patch"}
     model_type = needing[0]
     try:
-        path, text = export_test(model_type, name, torch.float16 if half else torch.float32, TEST_CONFIG.get(name))
+        dtype = torch.float16 if half else torch.float32
+        path, text = export_test(model_type, name, dtype, TEST_CONFIG.get(name), named_tokens=name in NAMED_TOKENS)
     except NoTest as error:
         return {"model_type": model_type, "why": f"no test written: {error}"}
     result = {"model_type": model_type, "path": path, "text": text, "overrides": TEST_CONFIG.get(name, {})}
     if half:
         result["overrides"] = {**result["overrides"], "dtype": "float16"}
+    if name in NAMED_TOKENS:
+        result["overrides"] = {**result["overrides"], "tokens": 'Dim("tokens", min=1, max=64)'}
     for state, codemods in (("before", without(name)), ("after", ALL_CODEMODS)):
         tree.lay_out(module_of[model_type], codemods, cache)
         result[state] = run_test_on_tree(tree.src, text, work)

@@ -12,7 +12,9 @@ it, and checks it against eager at each of the other inputs. Two kinds:
   drawn from a seeded generator), the first shape as the example.
 
 `dtype` float16 runs the model and its float inputs in half precision (the fp16 paths the fp32 harness never takes);
-`overrides` adds configuration keywords (the eager experts loop, which transformers' default `grouped_mm` skips).
+`overrides` adds configuration keywords (the eager experts loop, which transformers' default `grouped_mm` skips);
+`named_tokens` declares a decode step's new tokens `Dim("tokens", min=1, max=64)`, as users write them, where the
+other dims are `Dim.AUTO` (which accepts guards that a named range fails: the chunked scans' padding).
 """
 
 from __future__ import annotations
@@ -95,6 +97,14 @@ def assert_outputs_close(test, actual, expected, tolerance):
         if isinstance(want, torch.Tensor):
             torch.testing.assert_close(got, want, atol=tolerance, rtol=tolerance)
 '''
+NAMED_TOKENS = '''
+
+def with_named_tokens(shapes):
+    """`shapes` with the new tokens declared as users declare them, `Dim("tokens", min=1, max=64)`: a guard that
+    `Dim.AUTO` would accept must then hold over the whole range."""
+    shapes["input_ids"] = {{**shapes["input_ids"], 1: torch.export.Dim("tokens", min=1, max=64)}}
+    return shapes
+'''
 DECODE = '''
 
 def decode_inputs(model, batch, new_tokens, past, seed):
@@ -123,9 +133,7 @@ class {test_class}(unittest.TestCase):
         inputs = [decode_inputs(model, *shape, seed=seed) for seed, shape in enumerate(shapes)]
         # contiguous example tensors: the program then guards on no strides (a sliced cache is a view)
         example = pytree.tree_map_only(torch.Tensor, torch.Tensor.contiguous, inputs[0])
-        program = torch.export.export(
-            model, (), example, dynamic_shapes=dynamic_shapes(example, inputs[1:]), strict=False
-        )
+        program = torch.export.export(model, (), example, dynamic_shapes={shapes}, strict=False)
         program = saved_and_loaded(program)
         for case in inputs[1:]:
             with torch.no_grad():  # eager grows the cache it is given: give it a copy
@@ -165,10 +173,15 @@ class NoTest(Exception):
 
 
 def export_test(
-    model_type: str, codemod: str, dtype: torch.dtype = torch.float32, overrides: dict | None = None
+    model_type: str,
+    codemod: str,
+    dtype: torch.dtype = torch.float32,
+    overrides: dict | None = None,
+    named_tokens: bool = False,
 ) -> tuple[str, str]:
     """(path inside transformers' repository, text) of the test for `codemod`'s PR, on `model_type`; `overrides` are
-    configuration keywords the test adds (`experts_implementation="eager"`: the path a default config does not take).
+    configuration keywords the test adds (`experts_implementation="eager"`: the path a default config does not take);
+    `named_tokens`: a decode step declares its new tokens with a named dim (guards `Dim.AUTO` accepts fail it).
     """
     original, config = build_original(model_type)
     model_class = type(original)
@@ -192,8 +205,13 @@ def export_test(
             docstring=f"The decode step's program serves other batches, new tokens and cache lengths ({codemod}).",
             cache_keyword=cache,
             vocab_size=vocab(config),
+            shapes="dynamic_shapes(example, inputs[1:])",
         )
-        body = DECODE.format(**fields)
+        if named_tokens:
+            fields["shapes"] = f"with_named_tokens({fields['shapes']})"
+        body = (NAMED_TOKENS if named_tokens else "") + DECODE.format(**fields)
+    elif named_tokens:
+        raise NoTest("named new tokens are written for a decoder LM's decode step only")
     else:
         program = forward_program(original, 0)
         cases = [case.inputs() for case in program.cases if not case.optional]
