@@ -27,7 +27,8 @@ REGISTER_CACHES = """
 import sys
 
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers import cache_utils
+from transformers.cache_utils import Cache
 from transformers.exporters.exporter_dynamo import _iter_subclasses, is_cache_class, register_pytree_node
 
 # every `Cache` subclass, and the `*Cache` classes of the modeling modules imported so far (what
@@ -41,7 +42,10 @@ for name, module in list(sys.modules.items()):
         ]
 for cls in caches:
     register_pytree_node(cls)
-torch.serialization.add_safe_globals([*caches, *_iter_subclasses(CacheLayerMixin)])
+# the classes of cache_utils: the caches, and their layers of every kind (linear-attention layers have a mixin of
+# their own)
+classes = [value for value in vars(cache_utils).values() if isinstance(value, type)]
+torch.serialization.add_safe_globals([*caches, *(cls for cls in classes if cls.__module__ == cache_utils.__name__)])
 """
 # The model's modeling module first, so that the registration sees its caches
 _CHILD = """
