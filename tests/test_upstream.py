@@ -357,12 +357,18 @@ def test_a_forward_pr_test_writes_its_inputs_out():
 
 
 def test_a_decode_test_can_declare_its_new_tokens_with_a_named_dim():
-    from exportsmith.upstream_tests import NoTest, export_test
+    import torch
+
+    from exportsmith.upstream_tests import NAMED_TOKENS, NoTest, export_test
 
     _, text = export_test("llama", "chunk-padding", named_tokens=True)
     compile(text, "test_chunk_padding.py", "exec")
     assert "def with_named_tokens(shapes):" in text
     assert "dynamic_shapes=with_named_tokens(dynamic_shapes(example, inputs[1:]))" in text
+    namespace = {"torch": torch}
+    exec(NAMED_TOKENS, namespace)  # the helper the test carries, run
+    shapes = namespace["with_named_tokens"]({"input_ids": {0: torch.export.Dim.AUTO}, "attention_mask": None})
+    assert shapes["input_ids"][0] is torch.export.Dim.AUTO and shapes["input_ids"][1].__name__ == "tokens"
     _, plain = export_test("llama", "chunk-padding")
     assert "with_named_tokens" not in plain
     with pytest.raises(NoTest, match="decode step only"):

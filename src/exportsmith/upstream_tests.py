@@ -97,12 +97,13 @@ def assert_outputs_close(test, actual, expected, tolerance):
         if isinstance(want, torch.Tensor):
             torch.testing.assert_close(got, want, atol=tolerance, rtol=tolerance)
 '''
+# Not formatted (single braces): appended to a decode test that declares named new tokens
 NAMED_TOKENS = '''
 
 def with_named_tokens(shapes):
     """`shapes` with the new tokens declared as users declare them, `Dim("tokens", min=1, max=64)`: a guard that
     `Dim.AUTO` would accept must then hold over the whole range."""
-    shapes["input_ids"] = {{**shapes["input_ids"], 1: torch.export.Dim("tokens", min=1, max=64)}}
+    shapes["input_ids"] = {**shapes["input_ids"], 1: torch.export.Dim("tokens", min=1, max=64)}
     return shapes
 '''
 DECODE = '''
