@@ -45,7 +45,7 @@ REPRESENTATIVES = {
     "cache-export": ["mistral"],
     "sliding-window-cache": ["mistral"],
     "pad-to-min-length": ["llama", "lfm2"],  # the mask padding; the conv states of update_conv_state
-    "export-early-return": ["llama"],
+    "export-early-return": ["llama", "mistral", "gemma2"],  # the padding mask sliced to a sliding window
     "cond-branches": ["wav2vec2"],
     "vision-grid-loops": ["qwen2_5_vl_vision"],  # position ids and window index
     "exclusive-cumsum": ["qwen3_vl_vision"],  # interpolation indices
