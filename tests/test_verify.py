@@ -715,3 +715,16 @@ def test_an_lms_programs_build_no_forward_inputs(monkeypatch):
 
     monkeypatch.setattr(check, "dummy_inputs", no_dummy_inputs)
     assert [program.name for program in check.programs_for(llama)] == ["decode", "prefill"]
+
+
+def test_the_named_inputs_wrapper_is_in_the_models_mode():
+    from exportsmith.verify.shapes import with_named_inputs
+
+    class Collects(torch.nn.Module):
+        def forward(self, x, **kwargs):
+            return x
+
+    model = Collects().eval()
+    wrapper = with_named_inputs(model, {"x": torch.zeros(1), "use_cache": True})
+    assert wrapper is not model and wrapper.model is model
+    assert not wrapper.training and not model.training

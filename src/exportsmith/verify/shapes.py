@@ -56,4 +56,5 @@ def with_named_inputs(model: torch.nn.Module, inputs: dict) -> torch.nn.Module:
     )
     wrapper = type(f"{type(model).__name__}WithNamedInputs", (torch.nn.Module,), {"forward": forward})()
     wrapper.model = model
+    wrapper.training = model.training  # torch.onnx warns of a module exported in training mode
     return wrapper
