@@ -373,3 +373,21 @@ def test_a_decode_test_can_declare_its_new_tokens_with_a_named_dim():
     assert "with_named_tokens" not in plain
     with pytest.raises(NoTest, match="decode step only"):
         export_test("bert", "chunk-padding", named_tokens=True)
+
+
+def test_the_loading_process_allows_every_cache_layer_class(tmp_path):
+    """A saved program's example inputs hold cache layers: linear-attention ones (a mixin of their own) included."""
+    import subprocess
+    import sys
+
+    from exportsmith.verify.patched_tree import REGISTER_MODULE
+
+    write_register_module(tmp_path)
+    check = (
+        f"import torch, {REGISTER_MODULE}\n"
+        "from transformers.cache_utils import DynamicLayer, LinearAttentionLayer\n"
+        "allowed = set(torch.serialization.get_safe_globals())\n"
+        "assert {DynamicLayer, LinearAttentionLayer} <= allowed, allowed\n"
+    )
+    result = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
