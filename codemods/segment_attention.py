@@ -34,10 +34,10 @@ so under export there is one piece, the whole sequence, attended once with a blo
 runs the original statements with the same values (`attention_mask=None`). `L` moves into the eager arm: its slices
 of `C`, traced even unused, made export guard `len(C) >= 3` (one segment refused). `block_diagonal_mask` is added to
 `transformers.masking_utils` (after `packed_sequence_mask_function`), once for every site, and imported by each
-rewritten module: each position's segment is `torch.searchsorted` of `C - C[0]`, after `torch._assert_async` that `C`
-does not decrease and that the lengths add up to the sequence (what `torch.split` checks); the mask is 0 within a
-segment and the dtype's lowest value across segments, shaped `[1, 1, S, S]` as transformers' attention functions take
-it.
+rewritten module: each position's segment is how many of `C - C[0]` are at or before it (a comparison and a sum:
+torch.onnx cannot translate `torch.searchsorted`), after `torch._assert_async` that `C` does not decrease and that
+the lengths add up to the sequence (what `torch.split` checks); the mask is 0 within a segment and the dtype's lowest
+value across segments, shaped `[1, 1, S, S]` as transformers' attention functions take it.
 
 Equivalence: a query's softmax over its segment's keys equals its softmax over all keys with the others at the
 lowest value (their exponentials underflow to exactly 0), so outputs agree up to the order of the summation inside
@@ -91,7 +91,8 @@ def block_diagonal_mask(cu_seqlens: torch.Tensor, query: torch.Tensor) -> torch.
     # what splitting at the lengths checks: none is negative, and they add up to the sequence
     torch._assert_async((cu_seqlens == cu_seqlens.cummax(0).values).all() & (segment_ends[-1] == query.shape[2]))
     positions = torch.arange(query.shape[2], device=segment_ends.device, dtype=segment_ends.dtype)
-    segment_ids = torch.searchsorted(segment_ends, positions, right=True)
+    # a position's segment: the number of segment starts at or before it (torch.onnx cannot translate searchsorted)
+    segment_ids = (segment_ends[None, :] <= positions[:, None]).sum(-1)
     mask = torch.zeros(query.shape[2], query.shape[2], dtype=query.dtype, device=query.device)
     mask = mask.masked_fill(segment_ids[:, None] != segment_ids[None, :], torch.finfo(query.dtype).min)
     return mask[None, None]

@@ -170,6 +170,61 @@ def test_grouped_mm_fallback_translation_matches_the_op_for_any_routing():
         assert not actual[int(offs[-1]) :].any()
 
 
+class AllTrue(torch.nn.Module):
+    def forward(self, x: torch.Tensor):
+        torch._check_tensor_all(x > -10)  # what transformers' `torch_compilable_check` records on a tensor
+        return torch.ops.aten._is_all_true(x > 0), x + 1
+
+
+def test_is_all_true_translation_gives_the_op_for_any_input():
+    """`aten._is_all_true` (transformers' tensor checks under export) is translated: the check's copy is removed with
+    its assertion, and the op's value is torch's at other sizes, an empty tensor included."""
+    from exportsmith.verify.onnx_translations import translation_table
+
+    with quiet_onnx_registry():
+        program = torch.onnx.export(
+            AllTrue(),
+            (torch.ones(3),),
+            dynamo=True,
+            dynamic_shapes=({0: torch.export.Dim.DYNAMIC},),
+            custom_translation_table=translation_table(),
+            verbose=False,
+        )
+    session = onnxruntime.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    for values in ([1.0, 2.0], [1.0, -2.0], [], [-1.0], [3.0], [0.0, 5.0, 6.0]):
+        x = torch.tensor(values, dtype=torch.float32).reshape(-1)
+        all_true, plus_one = session.run(None, {"x": x.numpy()})
+        assert bool(all_true) == bool(torch.ops.aten._is_all_true(x > 0)), values
+        assert np.array_equal(plus_one, (x + 1).numpy())
+
+
+class SegmentMask(torch.nn.Module):
+    def forward(self, cu_seqlens: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+        from generated._shared.masking_utils import block_diagonal_mask
+
+        return block_diagonal_mask(cu_seqlens, query)
+
+
+def test_block_diagonal_mask_converts_and_gives_torchs_mask_for_any_segments():
+    """`segment-attention`'s mask (the vision towers of Qwen2-VL, GLM-4V, ...) goes through torch.onnx without a
+    translation, and ONNX Runtime gives its values for other numbers and lengths of segments, empty ones included."""
+    query = torch.zeros(1, 2, 8, 4)
+    with quiet_onnx_registry():
+        program = torch.onnx.export(
+            SegmentMask(),
+            (torch.tensor([0, 3, 8], dtype=torch.int32), query),
+            dynamo=True,
+            dynamic_shapes=({0: torch.export.Dim.DYNAMIC}, {2: torch.export.Dim.DYNAMIC}),
+            verbose=False,
+        )
+    session = onnxruntime.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    for lengths in ([9], [3, 7, 1], [4, 0, 6], [1, 1, 1, 1], [2, 5]):
+        cu_seqlens = torch.tensor([0, *lengths]).cumsum(0).to(torch.int32)
+        query = torch.zeros(1, 2, sum(lengths), 4)
+        (actual,) = session.run(None, {"cu_seqlens": cu_seqlens.numpy(), "query": query.numpy()})
+        assert np.array_equal(actual, SegmentMask()(cu_seqlens, query).numpy()), lengths
+
+
 def test_a_model_failure_is_a_result_not_an_exception():
     result = verify_onnx("llama", package="no_such_package_anywhere")
     assert not result.ok and result.failure == "build" and "no_such_package_anywhere" in result.message

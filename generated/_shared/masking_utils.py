@@ -208,7 +208,8 @@ def block_diagonal_mask(cu_seqlens: torch.Tensor, query: torch.Tensor) -> torch.
     # what splitting at the lengths checks: none is negative, and they add up to the sequence
     torch._assert_async((cu_seqlens == cu_seqlens.cummax(0).values).all() & (segment_ends[-1] == query.shape[2]))
     positions = torch.arange(query.shape[2], device=segment_ends.device, dtype=segment_ends.dtype)
-    segment_ids = torch.searchsorted(segment_ends, positions, right=True)
+    # a position's segment: the number of segment starts at or before it (torch.onnx cannot translate searchsorted)
+    segment_ids = (segment_ends[None, :] <= positions[:, None]).sum(-1)
     mask = torch.zeros(query.shape[2], query.shape[2], dtype=query.dtype, device=query.device)
     mask = mask.masked_fill(segment_ids[:, None] != segment_ids[None, :], torch.finfo(query.dtype).min)
     return mask[None, None]

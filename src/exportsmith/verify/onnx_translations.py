@@ -9,11 +9,19 @@ without a translation every MoE model fails with `DispatchError: No ONNX functio
 computes, from standard ONNX ops: the exported program stays the one `torch.export` verifies, with the model's own
 experts implementation (switching it to `batched_mm` for ONNX would export another computation than the one the
 user runs, and gathers a weight matrix per token).
+
+`aten._is_all_true` (is every element of a bool tensor true, as a 0-d bool tensor): what `torch._check_tensor_all`
+records under export, and transformers' `torch_compilable_check` calls it on tensor conditions while tracing (siglip2's
+`(spatial_shapes > 0).all()`, the RT-DETR decoders', ...). torch.onnx removes the assertion it feeds
+(`remove_assertion_nodes`) but not the op, which torchlib does not translate: `ConversionError: Error when
+translating node %_is_all_true`. Translated, the op is dead in the ONNX graph and ONNX Runtime drops it; it is
+still the op's value (`ReduceMin` over the elements as 0/1, true for no elements), in case an exported graph uses it.
 """
 
 import torch
 from onnxscript.function_libs.torch_lib.tensor_typing import INT64, TFloat, TInt
 from onnxscript.onnx_opset import opset18 as op
+from onnxscript.onnx_types import BOOL, INT32
 
 
 def grouped_mm_fallback(input: TFloat, weight: TFloat, offs: TInt) -> TFloat:
@@ -38,9 +46,15 @@ def grouped_mm_fallback(input: TFloat, weight: TFloat, offs: TInt) -> TFloat:
     return op.Concat(*blocks, axis=0)
 
 
+def is_all_true(self: BOOL) -> BOOL:
+    """`torch.ops.aten._is_all_true(self)`: every element true. The minimum of the elements as 0/1: ONNX reduces no
+    elements to the type's largest value, so an empty tensor gives true, as in torch."""
+    return op.Cast(op.ReduceMin(op.Cast(self, to=INT32.dtype), keepdims=0), to=BOOL.dtype)
+
+
 def translation_table() -> dict:
     """The translations whose op is registered in this process (transformers 4.x has no grouped_mm_fallback)."""
-    table = {}
+    table = {torch.ops.aten._is_all_true.default: is_all_true}
     grouped_mm = getattr(torch.ops.transformers, "grouped_mm_fallback", None)
     if grouped_mm is not None:
         table[grouped_mm.default] = grouped_mm_fallback
