@@ -208,7 +208,7 @@ def test_columns_without_records_carry_an_earlier_tables_cells_and_say_so():
     assert coverage.table(records, ["a"], {})["models"][0]["original"]["status"] == "not-run"
 
 
-def test_columns_without_records_keep_a_table_of_this_harness_and_its_own_carried_columns_stay_carried():
+def test_columns_without_records_keep_a_table_of_this_harness_and_its_own_carried_columns_stay_carried(tmp_path):
     earlier = {
         "date": "2026-02-02",
         "transformers": "5.24.0",
@@ -249,6 +249,15 @@ def test_columns_without_records_keep_a_table_of_this_harness_and_its_own_carrie
     finally:
         coverage.sweep = coverage_sweep
     assert swept == ["a"]
+    # generated re-swept here for some model types: the ONNX column takes those, and the kept cells of the others
+    (tmp_path / "generated.jsonl").write_text(json.dumps({"model_type": "b", **record("ok")}) + "\n")
+    swept.clear()
+    try:
+        coverage.sweep = lambda types, *args, **kwargs: swept.extend(types)
+        coverage.sweep_column("onnx", ["a", "b"], tmp_path, tmp_path / "generated", 1, 1.0, earlier)
+    finally:
+        coverage.sweep = coverage_sweep
+    assert swept == ["a", "b"]
     # a column re-swept for some model types keeps the earlier cells of the others
     records["generated"] = {"b": record("ok")}
     data = coverage.table(records, ["a", "b"], {}, keep=earlier)

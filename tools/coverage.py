@@ -68,9 +68,9 @@ def sweep_column(
     column: str, model_types: list[str], work: Path, package: Path, jobs: int, timeout: float, earlier: dict | None
 ) -> None:
     if column == ONNX:
-        generated = recorded(work / "generated.jsonl")
-        if not generated and earlier is not None:  # the generated column is kept or carried from `earlier`
-            generated = {row["model_type"]: row["generated"] for row in earlier["models"]}
+        # the generated cells this work directory re-swept, the others kept or carried from `earlier`
+        generated = {row["model_type"]: row["generated"] for row in (earlier or {}).get("models", [])}
+        generated.update(recorded(work / "generated.jsonl"))
         model_types = [name for name in model_types if generated.get(name, {}).get("status") == "ok"]
         check = partial(check_onnx, package=package.name, path=str(package.parent))
     else:
