@@ -236,6 +236,21 @@ def test_generate_summary_says_what_it_did_and_counts_the_refusals(tmp_path):
     assert counted == refusals
 
 
+def test_generate_of_a_composite_model_also_generates_the_models_it_is_built_from(tmp_path):
+    """qwen2_audio builds its language model with `AutoModelForCausalLM.from_config(text_config)`, a qwen2 model:
+    generated alone, its copy would run transformers' own qwen2, which no codemod touched (measured: `verify
+    qwen2_audio` then failed `Guard failed: attention_mask.size()[1] >= 4` in transformers' masking_utils)."""
+    out = tmp_path / "generated"
+    result = run("generate", "qwen2_audio", "--out", str(out))
+    assert result.exit_code == 0, result.stderr
+    assert "with the models they are built from: qwen2 (qwen2_audio)" in result.stderr
+    assert sorted(p.name for p in out.iterdir() if (p / "__init__.py").is_file() and p.name != "_shared") == [
+        "qwen2",
+        "qwen2_audio",
+    ]
+    assert run("generate", "llama", "--out", str(tmp_path / "plain")).stderr.count("built from") == 0
+
+
 def test_verify_of_a_model_not_generated_says_to_generate_it(tmp_path):
     out = tmp_path / "generated"
     assert run("generate", "gpt2", "--out", str(out)).exit_code == 0

@@ -66,6 +66,15 @@ def _modules(tf: Transformers, names: list[str]) -> list[str]:
         raise _fail(str(error)) from None
 
 
+def _with_parts(tf: Transformers, modules: list[str]) -> list[str]:
+    """`modules` and the modules their composite models build through the auto classes, saying which were added."""
+    added = {part: module for module in modules for part in tf.parts(module) if part not in modules}
+    if added:
+        listed = ", ".join(f"{part} ({added[part]})" for part in sorted(added))
+        _say(f"with the models they are built from: {listed}")
+    return sorted({*modules, *added})
+
+
 @app.command("list")
 def list_(
     models: bool = typer.Option(False, "--models", help="List the model modules instead of the codemods."),
@@ -117,11 +126,13 @@ def generate(
     held = generated_modules(out)
     if all_models and models or not (all_models or models or held):
         raise _fail("name the models to generate, or pass --all")
-    wanted = list(tf.models) if all_models else _modules(tf, models or [])
+    wanted = list(tf.models) if all_models else _with_parts(tf, _modules(tf, models or []))
     modules = sorted(set(wanted) | set(held))
     rendered = _render(tf, modules, jobs, no_cache)
     changed = sum(change.changed for change in rendered.changes)
-    summary = f"{len(modules)} model(s) from transformers {tf.version} ({changed} of their modules changed by codemods)"
+    summary = (
+        f"{len(modules)} model(s) from transformers {tf.version} ({changed} of their modules changed by codemods)"
+    )
     if not stale_diff(rendered.files, out, names_only=True):
         _say(f"{out} already up to date: {summary}")
     else:
@@ -283,7 +294,9 @@ def verify(
     record: bool = typer.Option(
         False, "--record", help="Write OUT/<model>/VERIFY.json, with the original's export error."
     ),
-    onnx: bool = typer.Option(False, "--onnx", help="Also export with torch.onnx (dynamo) and compare in onnxruntime."),
+    onnx: bool = typer.Option(
+        False, "--onnx", help="Also export with torch.onnx (dynamo) and compare in onnxruntime."
+    ),
     executorch: bool = typer.Option(
         False,
         "--executorch",
@@ -310,7 +323,9 @@ def verify(
         if onnx or executorch:
             raise _fail("--onnx and --executorch check the tiny model: not with --config")
         if models or all_models or json_path is not None or record:
-            raise _fail("--config verifies the one model type of the config: no model types, --all, --json or --record")
+            raise _fail(
+                "--config verifies the one model type of the config: no model types, --all, --json or --record"
+            )
         config = _real_config(config_path, layers)
         models = [config.model_type]
     elif layers is not None:

@@ -92,6 +92,38 @@ class Transformers:
     def shared_modules(self) -> tuple[Path, ...]:
         return tuple(self.root / relpath for relpath in SHARED_MODULES if (self.root / relpath).is_file())
 
+    def parts(self, module: str) -> tuple[str, ...]:
+        """The other modules whose models a model of `module` builds through transformers' auto classes: those of the
+        sub-configs of its model types' default configs, and theirs (qwen2_audio's language model is a qwen2 model,
+        llava's vision tower a clip one). A composite model generated without them would run transformers' own
+        parts, which no codemod touched."""
+        from transformers import PretrainedConfig
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+        from transformers.utils import logging
+
+        found: set[str] = set()
+        pending = [model_type for model_type in self.models[module].model_types]
+        verbosity = logging.get_verbosity()
+        logging.set_verbosity_error()  # default configs warn about their own default token ids
+        try:
+            while pending:
+                try:
+                    config = CONFIG_MAPPING[pending.pop()]()
+                except Exception:  # a config without defaults for every field names no parts
+                    continue
+                for name in getattr(config, "sub_configs", None) or {}:
+                    sub = getattr(config, name, None)
+                    if (
+                        isinstance(sub, PretrainedConfig)
+                        and sub.model_type in self.model_types
+                        and sub.model_type not in found
+                    ):
+                        found.add(sub.model_type)
+                        pending.append(sub.model_type)
+        finally:
+            logging.set_verbosity(verbosity)
+        return tuple(sorted({self.model_types[t] for t in found} & set(self.models) - {module}))
+
     def resolve(self, name: str) -> ModelFiles:
         """The module for a model type or module name (`xlm-roberta` and `xlm_roberta` both work)."""
         module = self.model_types.get(name, name.replace("-", "_"))

@@ -45,7 +45,7 @@ from exportsmith.verify.check import (
 )
 from exportsmith.verify.errors import first_line
 from exportsmith.verify.onnx_check import (
-    OUTPUT_NAMES,
+    output_names,
     RuntimeResult,
     max_abs_diff,
     named_leaves,
@@ -113,7 +113,8 @@ def verify_executorch(model_type: str, package: str = "generated") -> Executorch
         for case in program.cases:
             record = CaseRecord(program.name, case.name, case.batch, case.new_tokens, case.past)
             try:
-                actual = named_leaves(method(**case.inputs()), OUTPUT_NAMES)
+                inputs = case.inputs()
+                actual = named_leaves(method(**inputs), output_names(inputs))
             except Exception as error:
                 record.error = first_line(error)
             else:

@@ -202,7 +202,8 @@ def verify_onnx(model_type: str, package: str = "generated") -> OnnxResult:
 class OrtProgram:
     """A program's ONNX Runtime session called as the program is: keyword inputs (a cache object among them) in, the
     model's output out, rebuilt from the session's outputs with the exported program's output tree spec (leaves the
-    program returns as constants come from the spec, int leaves back as ints), so that its cache feeds the next step."""
+    program returns as constants come from the spec, int leaves back as ints), so that its cache feeds the next step.
+    """
 
     def __init__(self, session, onnx_program, example_output):
         program = onnx_program.exported_program
@@ -237,7 +238,7 @@ def original_references(original: torch.nn.Module, programs: list[Program]) -> d
                 if case.optional:  # outside the model's range, as verify leaves it out
                     continue
                 raise RuntimeError(f"original eager, {program.name} {case.name}: {first_line(error)}") from error
-            references[program.name, case.name] = named_leaves(output, OUTPUT_NAMES)
+            references[program.name, case.name] = named_leaves(output, output_names(case.inputs()))
     return references
 
 
@@ -318,6 +319,13 @@ def named_leaves(tree, top_level: dict[str, str]) -> dict:
     return {readable_name(path, top_level): leaf for path, leaf in pytree.tree_flatten_with_path(tree)[0]}
 
 
+def output_names(inputs: dict) -> dict[str, str]:
+    """The top-level renames of a call's output: OUTPUT_NAMES, and `output.<key>` for an output field that has the
+    name of one of the call's inputs (gemma3n's audio encoder returns the `audio_mel_mask` it takes, downsampled;
+    qwen2_audio an `attention_mask`): an ONNX graph names each value once."""
+    return {**{name: f"{ROOT_NAME}.{name}" for name in inputs}, **OUTPUT_NAMES}
+
+
 def name_graph_io(onnx_program, generated: torch.nn.Module, example: Case) -> None:
     """Rename the ONNX graph's inputs and outputs after the key paths of the traced call's inputs and output.
 
@@ -332,7 +340,13 @@ def name_graph_io(onnx_program, generated: torch.nn.Module, example: Case) -> No
     graph = onnx_program.model.graph
     for values, tree, spec, specs, top_level in (
         (graph.inputs, kwargs, kwargs_spec, program.graph_signature.input_specs, INPUT_NAMES),
-        (graph.outputs, output, program.call_spec.out_spec, program.graph_signature.output_specs, OUTPUT_NAMES),
+        (
+            graph.outputs,
+            output,
+            program.call_spec.out_spec,
+            program.graph_signature.output_specs,
+            output_names(kwargs),
+        ),
     ):
         leaves, traced_spec = pytree.tree_flatten_with_path(tree)
         if traced_spec != spec:
