@@ -31,6 +31,7 @@ from exportsmith.verify.onnx_check import (  # noqa: E402
     MissingOnnxDependencies,
     named_leaves,
     one_sdpa_kernel,
+    output_names,
     quiet_onnx_registry,
     verify_onnx,
 )
@@ -223,6 +224,18 @@ def test_block_diagonal_mask_converts_and_gives_torchs_mask_for_any_segments():
         query = torch.zeros(1, 2, sum(lengths), 4)
         (actual,) = session.run(None, {"cu_seqlens": cu_seqlens.numpy(), "query": query.numpy()})
         assert np.array_equal(actual, SegmentMask()(cu_seqlens, query).numpy()), lengths
+
+
+def test_an_output_field_named_like_an_input_gets_another_graph_name():
+    """gemma3n's audio encoder returns the `audio_mel_mask` it takes (downsampled): ONNX Runtime refuses a graph that
+    names two values `audio_mel_mask` (`Duplicate definition of name`). The cache keeps its past/present names."""
+    mask, cache = torch.ones(2, 3), {"keys": torch.zeros(1)}
+    inputs = {"input_features": torch.zeros(2, 3, 4), "audio_mel_mask": mask, "past_key_values": cache}
+    output = {"last_hidden_state": torch.zeros(2, 1, 4), "audio_mel_mask": mask[:, :1], "past_key_values": cache}
+    in_names = set(named_leaves(inputs, {"past_key_values": "past"}))
+    out_names = set(named_leaves(output, output_names(inputs)))
+    assert out_names == {"last_hidden_state", "output.audio_mel_mask", "present.keys"}
+    assert not in_names & out_names
 
 
 def test_a_model_failure_is_a_result_not_an_exception():
