@@ -37,7 +37,7 @@ def test_the_table_counts_each_subject_and_keeps_the_failure_class():
     ablations = {"cond-branches": {"a": record("export-error", "E"), "b": record("ok")}}
     data = coverage.table(records, ["a", "b", "c", "d"], ablations)
     assert data["total"] == 4
-    assert data["ok"] == {"original": 1, "dynamo-exporter": 1, "generated": 2, "onnx": 1, "greedy": 0}
+    assert data["ok"] == {"original": 1, "dynamo-exporter": 1, "generated": 2, "onnx": 1, "executorch": 0, "greedy": 0}
     rows = {row["model_type"]: row for row in data["models"]}
     assert rows["a"]["original"] == {
         "status": "export-error",
@@ -56,10 +56,12 @@ def test_the_table_counts_each_subject_and_keeps_the_failure_class():
         in (text)
     )
     assert (
-        "| a | FooModel | **export-error**: ValueError: x `transformers/models/a/modeling_a.py:3` | ok | ok | ok | – |"
-        in text
+        "| a | FooModel | **export-error**: ValueError: x `transformers/models/a/modeling_a.py:3` | ok | ok | ok |"
+        " not run | – |" in text
     )
-    assert "| d | FooModel | not run | not run | **export-error**: E | – | – |" in text
+    assert "| d | FooModel | not run | not run | **export-error**: E | – | – | – |" in text
+    # the ExecuTorch column, not swept: not run where the copy verifies, not tried where it does not
+    assert "- **executorch**: 0 of 4 architectures lower to ExecuTorch and match eager in its runtime (0.0%; 3 not" in text
     assert f"transformers {data['transformers']}, torch {data['torch']}" in text
     # moves against the original, among the model types both columns swept
     assert data["moves"] == {"fixed": ["a"], "broken": [], "needs": {"cond-branches": ["a"]}}
@@ -187,7 +189,12 @@ def test_columns_without_records_carry_an_earlier_tables_cells_and_say_so():
         "transformers": "5.24.0",
         "moves": {"needs": {"cond-branches": ["a"]}},
         "models": [
-            {"model_type": name, "model_class": "FooModel", **{column: {"status": status} for column in coverage.SWEPT}}
+            # a table from before the executorch column
+            {
+                "model_type": name,
+                "model_class": "FooModel",
+                **{column: {"status": status} for column in coverage.DEFAULT_COLUMNS},
+            }
             for name, status in (("a", "ok"), ("b", "ok"), ("c", "skipped"))
         ],
     }
@@ -218,7 +225,7 @@ def test_columns_without_records_keep_a_table_of_this_harness_and_its_own_carrie
             {
                 "model_type": name,
                 "model_class": "FooModel",
-                **{column: {"status": status, "reason": "", "location": None} for column in coverage.SWEPT},
+                **{column: {"status": status, "reason": "", "location": None} for column in coverage.DEFAULT_COLUMNS},
                 coverage.GREEDY: {"status": greedy, "reason": "", "location": None},
             }
             for name, status, greedy in (("a", "ok", "ok"), ("b", "guard-rejected", "skipped"))
@@ -258,6 +265,14 @@ def test_columns_without_records_keep_a_table_of_this_harness_and_its_own_carrie
     finally:
         coverage.sweep = coverage_sweep
     assert swept == ["a", "b"]
+    # so does the ExecuTorch column, with its own check
+    checks = []
+    try:
+        coverage.sweep = lambda types, path, check, **kwargs: checks.append((types, path.name, check.func))
+        coverage.sweep_column("executorch", ["a", "b"], tmp_path, tmp_path / "generated", 1, 1.0, earlier)
+    finally:
+        coverage.sweep = coverage_sweep
+    assert checks == [(["a", "b"], "executorch.jsonl", coverage.check_executorch)]
     # a column re-swept for some model types keeps the earlier cells of the others
     records["generated"] = {"b": record("ok")}
     data = coverage.table(records, ["a", "b"], {}, keep=earlier)

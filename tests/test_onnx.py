@@ -238,6 +238,22 @@ def test_an_output_field_named_like_an_input_gets_another_graph_name():
     assert not in_names & out_names
 
 
+class SizesOut(torch.nn.Module):
+    def forward(self, x: torch.Tensor):
+        return {"y": x + 1, "window": 8, "length": x.shape[0]}
+
+
+def test_constant_numbers_of_the_output_become_graph_outputs():
+    """torch.onnx cannot return a constant int (`'int' object has no attribute 'name'`: maskformer-swin's spatial
+    dimensions, a cache's window size); `export_onnx` returns it as a 0-d tensor, and a size that varies stays one."""
+    from exportsmith.verify.onnx_check import export_onnx
+
+    program = export_onnx(SizesOut(), {"x": torch.ones(3)}, {"x": {0: torch.export.Dim.DYNAMIC}})
+    session = onnxruntime.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    y, window, length = session.run(None, {"x": np.ones(5, dtype=np.float32)})
+    assert np.array_equal(y, np.full(5, 2.0, dtype=np.float32)) and int(window) == 8 and int(length) == 5
+
+
 def test_a_model_failure_is_a_result_not_an_exception():
     result = verify_onnx("llama", package="no_such_package_anywhere")
     assert not result.ok and result.failure == "build" and "no_such_package_anywhere" in result.message

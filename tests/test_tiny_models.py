@@ -6,12 +6,13 @@ allocate) in forkserver children, whose functions are pickled by reference to th
 
 import json
 import os
+import re
 import time
 
 import pytest
 import torch
-from transformers import WhisperForConditionalGeneration
-from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+from transformers import PretrainedConfig, WhisperForConditionalGeneration
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
 from transformers.utils.import_utils import is_natten_available, is_timm_available, requires_backends
 
 from exportsmith.verify import isolate, tiny
@@ -252,6 +253,30 @@ def test_overrides_supply_what_the_defaults_lack(model_type):
     assert tiny.MODEL_OVERRIDES[model_type]
     record = check_eager(model_type)
     assert record["status"] == "ok", record["reason"]
+
+
+def test_every_mixture_of_experts_has_several_experts():
+    """The tiny sizes only shrink a default: hunyuan_v1_moe's default of one expert left a mixture of one (and
+    transformers' experts then counted tokens with `histc(min=0, max=0)`, the data's range). vitpose's
+    `num_experts` counts its datasets' heads, one by default as in its checkpoints."""
+    pattern = re.compile(r"num_local_experts|num_experts|n_routed_experts|moe_num_experts|num_routed_experts")
+
+    def single(config, prefix=""):
+        for name, value in vars(config).items():
+            if isinstance(value, PretrainedConfig):
+                yield from single(value, f"{prefix}{name}.")
+            elif pattern.fullmatch(name) and value == 1:
+                yield prefix + name
+
+    found = {}
+    for model_type in sorted(CONFIG_MAPPING_NAMES):
+        try:
+            config = tiny_config(model_type)
+        except Exception:  # counted by the sweep's build column
+            continue
+        if fields := list(single(config)):
+            found[model_type] = fields
+    assert found == {"vitpose": ["backbone_config.num_experts"], "vitpose_backbone": ["num_experts"]}
 
 
 def test_a_codec_keeps_its_upsampling_groups_and_quantizer_widths_consistent():

@@ -13,15 +13,18 @@
     python tools/coverage.py --compare OLD.json NEW.json   # the model types that moved between two tables
     python tools/coverage.py --columns onnx --keep OLD.json   # re-sweep one column, keep the others' cells
     python tools/coverage.py --columns onnx --keep OLD.json --carried-only   # go on with an interrupted re-sweep
+    .venv-executorch/bin/python tools/coverage.py --columns executorch --keep generated/COVERAGE.json
+                                             # the ExecuTorch column, in an environment with the `executorch` extra
 
 Steps: `exportsmith generate --all` into `build/coverage/generated`; then, for each subject of
 `exportsmith.verify.check.SUBJECTS` (the original with no help, the original through transformers' DynamoExporter,
 the generated copy), `verify_model` of every model type in its own child process (memory cap, timeout), records
 appended to `build/coverage/<subject>.jsonl` as they come, so an interrupted run resumes where it stopped; then the
 `onnx` column: `verify_onnx` (torch.onnx.export(dynamo=True) + onnxruntime) of each generated copy that verified with
-torch.export (the others are `skipped`: ONNX export is built on it); last, `generated/COVERAGE.md` and
-`generated/COVERAGE.json`: one row per model type, a column each with its failure class, totals on top, versions,
-date and this command. The JSON holds no timings, so the same transformers, torch and
+torch.export (the others are `skipped`: ONNX export is built on it), and, when named in `--columns`, the
+`executorch` column the same way (`verify_executorch`: lowered with XNNPACK, run in the ExecuTorch runtime); last,
+`generated/COVERAGE.md` and `generated/COVERAGE.json`: one row per model type, a column each with its failure class,
+totals on top, versions, date and this command. The JSON holds no timings, so the same transformers, torch and
 code give the same file apart from the date. A failure caused by a shape guard (guard-rejected, or a dynamic dim the
 code pins) also names the guard's line and whether it is a branch's test (`verify.guards`).
 """
@@ -41,7 +44,8 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
 from codemods import ALL_CODEMODS
 from exportsmith.verify.check import SUBJECTS
-from exportsmith.verify.isolate import JOBS, check_export, check_onnx, recorded, sweep
+from exportsmith.verify.isolate import JOBS, check_executorch, check_export, check_onnx, recorded, sweep
+from exportsmith.verify.executorch_check import EXECUTORCH_MAX_ABS_DIFF
 from exportsmith.verify.onnx_check import ONNX_MAX_ABS_DIFF
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,8 +55,11 @@ REASON_WIDTH = 110  # characters of a failure's first line shown in the table
 GUARD_LINE_WIDTH = 70  # characters of a guard's source line shown in the table
 REASON_KEPT = 600  # characters of a failure's reason kept in COVERAGE.json (the sweep records hold it whole)
 ONNX = "onnx"
+EXECUTORCH = "executorch"  # swept only when asked: the `executorch` extra lives in an environment of its own
+RUNTIMES = (ONNX, EXECUTORCH)  # built on the generated copy's torch.export programs
 GREEDY = "greedy"  # not swept: read from the generated column's records
-SWEPT = (*SUBJECTS, ONNX)
+SWEPT = (*SUBJECTS, *RUNTIMES)
+DEFAULT_COLUMNS = (*SUBJECTS, ONNX)
 COLUMNS = (*SWEPT, GREEDY)
 SKIPPED = {"status": "skipped", "reason": "the generated copy does not verify with torch.export", "location": None}
 
@@ -67,12 +74,14 @@ def generate_all(package: Path) -> None:
 def sweep_column(
     column: str, model_types: list[str], work: Path, package: Path, jobs: int, timeout: float, earlier: dict | None
 ) -> None:
-    if column == ONNX:
+    if column in RUNTIMES:
         # the generated cells this work directory re-swept, the others kept or carried from `earlier`
         generated = {row["model_type"]: row["generated"] for row in (earlier or {}).get("models", [])}
         generated.update(recorded(work / "generated.jsonl"))
         model_types = [name for name in model_types if generated.get(name, {}).get("status") == "ok"]
-        check = partial(check_onnx, package=package.name, path=str(package.parent))
+        check = partial(
+            check_onnx if column == ONNX else check_executorch, package=package.name, path=str(package.parent)
+        )
     else:
         check = partial(check_export, subject=column, package=package.name, path=str(package.parent))
     started = time.perf_counter()
@@ -181,8 +190,11 @@ def table(
     on another machine, or gone with a fresh clone), and the table says where the cells come from, while the columns
     that table itself carried over stay carried over, with their date. With `keep`, a column swept for some model
     types only (`--models`) keeps that table's cells for the others."""
+    records = {column: records.get(column, {}) for column in SWEPT}  # a column never swept has no records
     earlier = carry if carry is not None else keep
-    empty = [column for column in SWEPT if not records[column]] if earlier is not None else []
+    # columns without records take the earlier table's cells, if it has that column (an older table has no executorch)
+    held = {column for column in SWEPT if earlier is not None and any(column in row for row in earlier["models"])}
+    empty = [column for column in SWEPT if not records[column] and column in held]
     if earlier is not None and not ablations and earlier.get("moves", {}).get("needs"):
         empty.append("ablations")  # tools/ablation.py's records: not in this work directory
     carried, kept, resumed = {"date": None, "columns": []}, {}, []
@@ -217,10 +229,14 @@ def table(
                 row[column]["carried"] = was["date"]
             elif column in kept or column in resumed:
                 kept.setdefault(column, {"date": dates[column], "cells": 0})["cells"] += name in before
-        if ONNX in taken and row[ONNX]["status"] == "skipped" and row["generated"]["status"] == "ok":
-            row[ONNX] = cell(None)  # the copy verifies now: ONNX not tried yet
-        if (name not in records[ONNX] or ONNX in empty) and row["generated"]["status"] not in ("ok", "not-run"):
-            row[ONNX] = dict(SKIPPED)
+        for runtime in RUNTIMES:
+            if runtime in taken and row[runtime]["status"] == "skipped" and row["generated"]["status"] == "ok":
+                row[runtime] = cell(None)  # the copy verifies now: not tried in this runtime yet
+            if (name not in records[runtime] or runtime in empty) and row["generated"]["status"] not in (
+                "ok",
+                "not-run",
+            ):
+                row[runtime] = dict(SKIPPED)
         rows.append(row)
     if "generated" in kept:
         kept[GREEDY] = dict(kept["generated"])  # read from the generated column's records
@@ -301,7 +317,9 @@ def markdown(data: dict, model_seconds: dict[str, float]) -> str:
         " the original"
         " through `transformers.exporters.DynamoExporter` (its runtime patches), exportsmith's generated copy, and"
         f" the generated copy through `torch.onnx.export(dynamo=True)` run in onnxruntime (max |diff| {ONNX_MAX_ABS_DIFF:g}"
-        " to the original's eager output; `–`: not tried, the copy does not verify with torch.export).",
+        " to the original's eager output), and its programs lowered to ExecuTorch (XNNPACK) and run in the ExecuTorch"
+        f" runtime (max |diff| {EXECUTORCH_MAX_ABS_DIFF:g}; `tools/coverage.py --columns executorch`, with the"
+        " `executorch` extra); `–`: not tried, the copy does not verify with torch.export.",
         "",
     ]
     for subject in SUBJECTS:
@@ -315,6 +333,11 @@ def markdown(data: dict, model_seconds: dict[str, float]) -> str:
         f"- **{ONNX}**: {ok} of {total} architectures export to ONNX and match eager in onnxruntime"
         f" ({100 * ok / total:.1f}%{unswept(data, ONNX)})"
     )
+    ok = data["ok"].get(EXECUTORCH, 0)
+    lines.append(
+        f"- **{EXECUTORCH}**: {ok} of {total} architectures lower to ExecuTorch and match eager in its runtime"
+        f" ({100 * ok / total:.1f}%{unswept(data, EXECUTORCH)})"
+    )
     looped = [row for row in data["models"] if row[GREEDY]["status"] != "skipped"]
     lines.append(
         f"- **{GREEDY}**: {data['ok'][GREEDY]} of the {len(looped)} decoder and encoder-decoder LMs whose generated"
@@ -325,9 +348,11 @@ def markdown(data: dict, model_seconds: dict[str, float]) -> str:
     kept = data.get("kept") or {}
     for date in sorted({entry["date"] for entry in kept.values()}):
         columns = [
-            column
-            if not entry["cells"] or entry["cells"] == total
-            else f"{column} ({entry['cells']} cell{'s' * (entry['cells'] > 1)}, the others re-swept in this run)"
+            (
+                column
+                if not entry["cells"] or entry["cells"] == total
+                else f"{column} ({entry['cells']} cell{'s' * (entry['cells'] > 1)}, the others re-swept in this run)"
+            )
             for column, entry in sorted(kept.items(), key=lambda item: (*COLUMNS, "ablations").index(item[0]))
             if entry["date"] == date
         ]
@@ -403,7 +428,9 @@ def merge(shards: list[Path], work: Path) -> None:
         for directory in shards:
             for model_type, line in recorded(directory / name).items():
                 if model_type in merged:
-                    raise ValueError(f"{model_type} is recorded in {name} of two shards; each shard runs its own types")
+                    raise ValueError(
+                        f"{model_type} is recorded in {name} of two shards; each shard runs its own types"
+                    )
                 merged[model_type] = line
         text = "".join(json.dumps(merged[model_type]) + "\n" for model_type in sorted(merged))
         (work / name).write_text(text)
@@ -443,7 +470,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="MODEL_TYPE",
         help="sweep only these model types, forgetting their records",
     )
-    parser.add_argument("--columns", nargs="+", default=list(SWEPT), choices=SWEPT, help="the columns to sweep")
+    parser.add_argument(
+        "--columns",
+        nargs="+",
+        default=list(DEFAULT_COLUMNS),
+        choices=SWEPT,
+        help="the columns to sweep (executorch only when named: it needs the `executorch` extra, in its own"
+        " environment)",
+    )
     parser.add_argument(
         "--baseline",
         type=Path,
@@ -533,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
                 work.unlink(missing_ok=True)
             elif args.retry or args.models:
                 forget_once(work, args.retry, args.models)
-        if {"generated", ONNX} & set(args.columns):
+        if {"generated", *RUNTIMES} & set(args.columns):
             generate_all(package)
         earlier = json.loads((args.carry or args.keep).read_text()) if args.carry or args.keep else None
         for column in args.columns:

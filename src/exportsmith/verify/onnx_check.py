@@ -72,6 +72,12 @@ OUTPUT_NAMES = {"cache": "present", "past_key_values": "present"}
 # tuple output's items.
 ROOT_NAME = "output"
 
+# ONNX ops that draw random numbers (a model that samples in its forward: vit_mae's masking noise, a VAE's sample):
+# a mismatch of such a graph says so, since no seed makes ONNX Runtime draw torch's values
+RANDOM_OPS = frozenset(
+    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
+)
+
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # torch.onnx colours its error messages
 
 
@@ -161,6 +167,8 @@ def require_onnx_packages() -> None:
 def verify_onnx(model_type: str, package: str = "generated") -> OnnxResult:
     """Verify `<package>.<module>`'s model class of `model_type` through ONNX and ORT; raises only if deps miss."""
     require_onnx_packages()
+    from onnx_ir.traversal import RecursiveGraphIterator  # torch.onnx's graph library, with the extra
+
     result = OnnxResult(model_type)
     try:
         original, generated = build_pair(model_type, package)
@@ -170,7 +178,7 @@ def verify_onnx(model_type: str, package: str = "generated") -> OnnxResult:
     except Exception as error:
         return result.fail("build", first_line(error))
 
-    export_errors, session_errors, sessions = [], [], {}
+    export_errors, session_errors, sessions, random_ops = [], [], {}, set()
     for program in programs:
         example = program.cases[0]
         try:
@@ -182,6 +190,7 @@ def verify_onnx(model_type: str, package: str = "generated") -> OnnxResult:
             export_errors.append(f"{program.name}: {error_summary(error)}")
             continue
         graph = onnx_program.model.graph
+        random_ops.update(node.op_type for node in RecursiveGraphIterator(graph) if node.op_type in RANDOM_OPS)
         result.input_names[program.name] = [value.name for value in graph.inputs]
         result.output_names[program.name] = [value.name for value in graph.outputs]
         try:
@@ -196,7 +205,13 @@ def verify_onnx(model_type: str, package: str = "generated") -> OnnxResult:
 
     if export_errors:
         return result.fail("onnx-export-error", "; ".join(export_errors))
-    return result.conclude(original, sessions, ONNX_MAX_ABS_DIFF, "ort-error", session_errors)
+    result.conclude(original, sessions, ONNX_MAX_ABS_DIFF, "ort-error", session_errors)
+    if result.failure == "mismatch" and random_ops:
+        result.message += (
+            f" (the graph samples random numbers, {', '.join(sorted(random_ops))}: ONNX Runtime's generator does not"
+            " draw torch's values)"
+        )
+    return result
 
 
 class OrtProgram:
@@ -276,14 +291,31 @@ def one_sdpa_kernel():
     return sdpa_kernel(SDPBackend.MATH)
 
 
+class NumbersAsTensors(torch.nn.Module):
+    """`model`, returning each Python number of its output as a 0-d tensor. torch.onnx cannot return a constant
+    (`AttributeError: 'int' object has no attribute 'name'` in `_handle_output_node`): maskformer-swin's spatial
+    dimensions, the window sizes in voxtral_realtime's and unlimited_ocr's caches. Numbers that vary are SymInts
+    while tracing and stay as they are; `OrtProgram` gives int leaves back as ints."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+        self.train(model.training)
+
+    def forward(self, **inputs):
+        output = self.model(**inputs)
+        return pytree.tree_map(lambda leaf: torch.tensor(leaf) if type(leaf) in (int, float, bool) else leaf, output)
+
+
 def export_onnx(model: torch.nn.Module, example: dict, dynamic_shapes: dict) -> "torch.onnx.ONNXProgram":
     """`model` at `example` through `torch.onnx.export(dynamo=True)`, with check's dynamic dims and the translations
-    of `onnx_translations` (transformers' MoE `grouped_mm_fallback`), SDPA on its math kernel (`one_sdpa_kernel`)."""
+    of `onnx_translations` (transformers' MoE `grouped_mm_fallback`), SDPA on its math kernel (`one_sdpa_kernel`),
+    and the output's constant numbers as tensors (`NumbersAsTensors`)."""
     from exportsmith.verify.onnx_translations import translation_table  # needs onnxscript: the `onnx` extra
 
     with quiet_onnx_registry(), one_sdpa_kernel():
         return torch.onnx.export(
-            with_named_inputs(model, example),
+            with_named_inputs(NumbersAsTensors(model), example),
             (),
             kwargs=example,
             dynamo=True,

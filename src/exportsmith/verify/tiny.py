@@ -311,6 +311,9 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
         "text_config.moe_intermediate_size": HIDDEN_SIZE // 2,
     },
     "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
+    # One expert by default (the released checkpoints have 64, top-8), which the tiny sizes only shrink: one expert
+    # is not a mixture, and transformers' experts then count tokens with `histc(min=0, max=0)`, the data's range.
+    "hunyuan_v1_moe": {"num_experts": 4, "moe_topk": 2},
     "qwen4_exp_text": QWEN4_INDEXER,
     "qwen4_exp": prefixed("text_config.", QWEN4_INDEXER),
     "deepseek_ocr2_text": DEEPSEEK_OCR2_TEXT,
