@@ -236,6 +236,8 @@ def test_an_output_field_named_like_an_input_gets_another_graph_name():
     out_names = set(named_leaves(output, output_names(inputs)))
     assert out_names == {"last_hidden_state", "output.audio_mel_mask", "present.keys"}
     assert not in_names & out_names
+    # a None is no graph value (pe_audio's text encoder returns hidden states (None, None, tensor))
+    assert set(named_leaves({"hidden_states": (None, mask)}, {})) == {"hidden_states.1"}
 
 
 class SizesOut(torch.nn.Module):

@@ -347,8 +347,13 @@ def readable_name(path: pytree.KeyPath, top_level: dict[str, str]) -> str:
 
 
 def named_leaves(tree, top_level: dict[str, str]) -> dict:
-    """Every leaf of `tree` (tensors, ints, bools) by its readable name."""
-    return {readable_name(path, top_level): leaf for path, leaf in pytree.tree_flatten_with_path(tree)[0]}
+    """Every leaf of `tree` (tensors, ints, bools) by its readable name. A None is no value: an ONNX graph has no
+    input or output for it (pe_audio's text encoder returns `hidden_states` (None, None, tensor))."""
+    return {
+        readable_name(path, top_level): leaf
+        for path, leaf in pytree.tree_flatten_with_path(tree)[0]
+        if leaf is not None
+    }
 
 
 def output_names(inputs: dict) -> dict[str, str]:
