@@ -199,6 +199,35 @@ def test_is_all_true_translation_gives_the_op_for_any_input():
         assert np.array_equal(plus_one, (x + 1).numpy())
 
 
+class InverseErf(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.erfinv(x)
+
+
+def test_erfinv_translation_is_torchs_erfinv_to_float_rounding():
+    """`aten.erfinv` (gemma3n's activation sparsity: the normal quantile of a config constant) has no ONNX op and no
+    torchlib translation; `onnx_translations.erfinv` is within a few float32 roundings of torch's, over (-1, 1), and
+    gives inf at -1 and 1 and NaN outside, as torch does."""
+    from exportsmith.verify.onnx_translations import translation_table
+
+    with quiet_onnx_registry():
+        program = torch.onnx.export(
+            InverseErf(),
+            (torch.zeros(5),),
+            dynamo=True,
+            dynamic_shapes=({0: torch.export.Dim.DYNAMIC},),
+            custom_translation_table=translation_table(),
+            verbose=False,
+        )
+    session = onnxruntime.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = torch.cat([torch.linspace(-1, 1, 20001), torch.tensor([1 - 1e-7, -1 + 1e-7, 0.9, -1.5, 1.5])])
+    (actual,) = session.run(None, {"x": x.numpy()})
+    actual, expected = torch.from_numpy(actual), torch.erfinv(x)
+    finite = expected.isfinite()
+    assert torch.equal(actual[~finite].nan_to_num(), expected[~finite].nan_to_num())  # -inf, inf and NaN where torch
+    assert torch.allclose(actual[finite], expected[finite], rtol=1e-6, atol=1e-6)
+
+
 class SegmentMask(torch.nn.Module):
     def forward(self, cu_seqlens: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
         from generated._shared.masking_utils import block_diagonal_mask
