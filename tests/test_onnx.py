@@ -228,6 +228,47 @@ def test_erfinv_translation_is_torchs_erfinv_to_float_rounding():
     assert torch.allclose(actual[finite], expected[finite], rtol=1e-6, atol=1e-6)
 
 
+class TinyEpsilonNorm(torch.nn.Module):
+    """muse_spark's post-expert RMSNorm (`post_norm_eps` 1e-8) after a projection whose rows are of the epsilon's
+    size, as the tiny model's are."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(32, 16, bias=False)
+        torch.nn.init.normal_(self.proj.weight, std=0.02, generator=torch.Generator().manual_seed(0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.proj(x)
+        return y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-8)
+
+
+def test_an_epsilon_the_onnx_optimizer_takes_for_zero_is_kept():
+    """onnxscript's optimizer rewrites `x + c` to `x` when c is within 1e-8 of 0: torch.onnx's default export drops
+    the norm's epsilon and ONNX Runtime's result differs (a silent wrong result, max|diff| about 1e-3 here).
+    `export_onnx` finds the constant (`no_op_hazards`) and leaves that graph unoptimized: the values are torch's."""
+    from exportsmith.verify.onnx_check import export_onnx, no_op_hazards
+
+    model = TinyEpsilonNorm().eval()
+    x = torch.randn(8, 32, generator=torch.Generator().manual_seed(1)) * 0.05
+    with torch.no_grad():
+        expected = model(x).numpy()
+    with quiet_onnx_registry():
+        plain = torch.onnx.export(model, (x,), dynamo=True, verbose=False)
+        unoptimized = torch.onnx.export(model, (x,), dynamo=True, verbose=False, optimize=False)
+    assert "Add" not in {node.op_type for node in plain.model_proto.graph.node}  # the epsilon is gone
+    assert no_op_hazards(unoptimized.model) == ["Add 9.99999993922529e-09"]
+    outputs = {}
+    for name, program in (
+        ("plain", plain),
+        ("recipe", export_onnx(model, {"x": x}, {"x": {0: torch.export.Dim.DYNAMIC}})),
+    ):
+        session = onnxruntime.InferenceSession(
+            program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"]
+        )
+        outputs[name] = np.abs(session.run(None, {"x": x.numpy()})[0] - expected).max()
+    assert outputs["plain"] > 1e-4 and outputs["recipe"] <= 1e-6, outputs
+
+
 class SegmentMask(torch.nn.Module):
     def forward(self, cu_seqlens: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
         from generated._shared.masking_utils import block_diagonal_mask
@@ -379,7 +420,9 @@ def test_torch_onnx_fails_on_sdpa_whose_mask_requires_grad_unless_parameters_are
     x = torch.randn(2, 3, 64)
     query = x.view(2, 3, 4, 16).transpose(1, 2)
     backends = {
-        requires_grad: torch._fused_sdp_choice(query, query, query, torch.zeros(2, 4, 3, 3, requires_grad=requires_grad))
+        requires_grad: torch._fused_sdp_choice(
+            query, query, query, torch.zeros(2, 4, 3, 3, requires_grad=requires_grad)
+        )
         for requires_grad in (False, True)
     }
     assert backends == {False: SDPBackend.FLASH_ATTENTION.value, True: SDPBackend.MATH.value}

@@ -307,23 +307,70 @@ class NumbersAsTensors(torch.nn.Module):
         return pytree.tree_map(lambda leaf: torch.tensor(leaf) if type(leaf) in (int, float, bool) else leaf, output)
 
 
+# onnxscript's optimizer replaces `x + c`, `x - c` by `x` when c is within these of 0, and `x * c`, `x / c` when c is
+# within them of 1 (its rewriter's scalar-constant patterns, `onnxscript/rewriter/_pattern_ir.py`, `Constant`)
+NO_OP_REL_TOL, NO_OP_ABS_TOL = 1e-5, 1e-8
+NO_OP_IDENTITIES = {"Add": 0.0, "Sub": 0.0, "Mul": 1.0, "Div": 1.0}
+
+
+def _scalar_constant(value) -> float | None:
+    """The value of a one-element constant (an initializer or a `Constant` node's output), else None."""
+    if value is None:
+        return None
+    tensor = value.const_value
+    producer = value.producer()
+    if tensor is None and producer is not None and producer.op_type == "Constant" and "value" in producer.attributes:
+        tensor = producer.attributes["value"].value
+    if tensor is None:
+        return None
+    array = tensor.numpy()
+    return float(array.item()) if array.size == 1 and array.dtype.kind in "fiu" else None
+
+
+def no_op_hazards(model) -> list[str]:
+    """The scalar constants of an unoptimized ONNX graph that onnxscript's optimizer would take for the identity of
+    their op though they are not: `x + 1e-8` becomes `x`, which drops the epsilon of muse_spark's post-expert RMSNorm
+    (`post_norm_eps` 1e-8): rows of the size of the epsilon then normalize differently (max|diff| 1.46 in ONNX
+    Runtime). A silent wrong result, not an error."""
+    from onnx_ir.traversal import RecursiveGraphIterator
+
+    found = []
+    for node in RecursiveGraphIterator(model.graph):
+        identity = NO_OP_IDENTITIES.get(node.op_type)
+        if identity is None or node.domain not in ("", "ai.onnx"):
+            continue
+        operands = node.inputs if node.op_type in ("Add", "Mul") else node.inputs[1:]
+        for value in operands:
+            constant = _scalar_constant(value)
+            if constant is not None and constant != identity:
+                if math.isclose(constant, identity, rel_tol=NO_OP_REL_TOL, abs_tol=NO_OP_ABS_TOL):
+                    found.append(f"{node.op_type} {constant!r}")
+    return sorted(set(found))
+
+
 def export_onnx(model: torch.nn.Module, example: dict, dynamic_shapes: dict) -> "torch.onnx.ONNXProgram":
     """`model` at `example` through `torch.onnx.export(dynamo=True)`, with check's dynamic dims and the translations
     of `onnx_translations` (transformers' MoE `grouped_mm_fallback`), SDPA on its math kernel (`one_sdpa_kernel`),
-    and the output's constant numbers as tensors (`NumbersAsTensors`)."""
+    and the output's constant numbers as tensors (`NumbersAsTensors`). The graph is optimized as torch.onnx does
+    unless the optimizer would drop a constant that is not its op's identity (`no_op_hazards`): it is then left as
+    translated, and ONNX Runtime optimizes it when it loads it."""
     from exportsmith.verify.onnx_translations import translation_table  # needs onnxscript: the `onnx` extra
 
     with quiet_onnx_registry(), one_sdpa_kernel():
-        return torch.onnx.export(
+        program = torch.onnx.export(
             with_named_inputs(NumbersAsTensors(model), example),
             (),
             kwargs=example,
             dynamo=True,
             dynamic_shapes=dynamic_shapes,
             custom_translation_table=translation_table(),
+            optimize=False,
             verbose=False,
             report=False,
         )
+    if not no_op_hazards(program.model):
+        program.optimize()  # what `optimize=True` does
+    return program
 
 
 def readable_name(path: pytree.KeyPath, top_level: dict[str, str]) -> str:
