@@ -269,6 +269,26 @@ def test_an_epsilon_the_onnx_optimizer_takes_for_zero_is_kept():
     assert outputs["plain"] > 1e-4 and outputs["recipe"] <= 1e-6, outputs
 
 
+def test_a_graph_the_optimizer_left_with_an_undefined_input_is_found():
+    """onnxscript's optimizer made gemma4_audio's graph refer to a value nothing defines (ONNX Runtime: `Node input
+    'mul_145_min_1' is not a graph input, initializer, or output of a previous node`); `export_onnx` then keeps the
+    graph as translated. `undefined_values` finds such an input, and nothing in a valid graph."""
+    import onnx_ir as ir
+
+    from exportsmith.verify.onnx_check import undefined_values
+
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2]))
+    lost = ir.Value(name="mul_145_min_1", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2]))
+    good = ir.node("Relu", inputs=[x], name="relu")
+    bad = ir.node("Add", inputs=[good.outputs[0], lost], name="add")
+    graph = ir.Graph(inputs=[x], outputs=[bad.outputs[0]], nodes=[good, bad], opset_imports={"": 18})
+    assert undefined_values(ir.Model(graph, ir_version=10)) == ["mul_145_min_1"]
+    y = ir.Value(name="y", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2]))
+    relu = ir.node("Relu", inputs=[y])
+    graph = ir.Graph(inputs=[y], outputs=[relu.outputs[0]], nodes=[relu], opset_imports={"": 18})
+    assert undefined_values(ir.Model(graph, ir_version=10)) == []
+
+
 class SegmentMask(torch.nn.Module):
     def forward(self, cu_seqlens: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
         from generated._shared.masking_utils import block_diagonal_mask

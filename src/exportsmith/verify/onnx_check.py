@@ -369,8 +369,30 @@ def export_onnx(model: torch.nn.Module, example: dict, dynamic_shapes: dict) -> 
             report=False,
         )
     if not no_op_hazards(program.model):
+        translated = program.model.clone()
         program.optimize()  # what `optimize=True` does
+        if undefined_values(program.model):  # the optimizer broke the graph: keep it as translated
+            program.model = translated
     return program
+
+
+def undefined_values(model) -> list[str]:
+    """The node inputs that nothing defines (no node's output, graph input or initializer): an invalid graph, which
+    onnxscript's optimizer made of gemma4_audio's (ONNX Runtime: `Node input 'mul_145_min_1' is not a graph input,
+    initializer, or output of a previous node`; the graph as translated loads)."""
+    from onnx_ir.traversal import RecursiveGraphIterator
+
+    return sorted(
+        {
+            value.name
+            for node in RecursiveGraphIterator(model.graph)
+            for value in node.inputs
+            if value is not None
+            and value.producer() is None
+            and not value.is_graph_input()
+            and not value.is_initializer()
+        }
+    )
 
 
 def readable_name(path: pytree.KeyPath, top_level: dict[str, str]) -> str:
@@ -422,6 +444,13 @@ def name_graph_io(onnx_program, generated: torch.nn.Module, example: Case) -> No
     kwargs = {name: kwargs[name] for name in kwargs_spec.context}
     output = run(generated, example)  # fresh inputs: the forward grows the cache it is given in place
     graph = onnx_program.model.graph
+    import onnx_ir  # torch.onnx's graph library, with the extra
+
+    for index, value in enumerate(graph.outputs):
+        if value.is_graph_input():  # an input returned as it is (a cache layer's constant tensor): its own value
+            identity = onnx_ir.node("Identity", inputs=[value])
+            graph.append(identity)
+            graph.outputs[index] = identity.outputs[0]
     for values, tree, spec, specs, top_level in (
         (graph.inputs, kwargs, kwargs_spec, program.graph_signature.input_specs, INPUT_NAMES),
         (
