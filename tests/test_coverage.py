@@ -282,6 +282,13 @@ def test_columns_without_records_keep_a_table_of_this_harness_and_its_own_carrie
     text = coverage.markdown(data, {column: 3600.0 * (column in ("onnx", "generated")) for column in coverage.SWEPT})
     assert "original, dynamo-exporter, generated (1 cell, the others re-swept in this run), greedy (1 cell" in text
     assert "generated 1.0 h" in text
+    # a column that table did not have (executorch), swept for some model types: nothing of it is kept
+    records["executorch"] = {"a": record("ok")}
+    data = coverage.table(records, ["a", "b"], {}, keep=earlier)
+    rows = {row["model_type"]: row for row in data["models"]}
+    assert "executorch" not in data["kept"] and rows["a"]["executorch"]["status"] == "ok"
+    assert rows["b"]["executorch"]["status"] == "not-run"  # b's copy verifies (re-swept above), not lowered yet
+    records["executorch"] = {}
     # an interrupted re-sweep of a column that table carried over: the cells not reached stay carried, and say so
     records["onnx"] = {}
     records["original"] = {"a": record("ok")}

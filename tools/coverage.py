@@ -227,7 +227,7 @@ def table(
             if column in resumed and column in was["columns"] and name in before:
                 # a cell of a column that table carried over: not measured with this harness, and said so
                 row[column]["carried"] = was["date"]
-            elif column in kept or column in resumed:
+            elif (column in kept or column in resumed) and column in held:  # a column that table had
                 kept.setdefault(column, {"date": dates[column], "cells": 0})["cells"] += name in before
         for runtime in RUNTIMES:
             if runtime in taken and row[runtime]["status"] == "skipped" and row["generated"]["status"] == "ok":
