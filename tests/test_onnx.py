@@ -131,6 +131,23 @@ def test_moe_decoder_mixtral_through_onnx_matches_eager_at_every_case():
     assert len(result.cases) == len(DECODE_CASES) + len(PREFILL_CASES)
 
 
+def ort_session(model, example: tuple, dynamic_shapes: tuple, translations: bool = True):
+    """`model` through `torch.onnx.export(dynamo=True)` at `example`, with exportsmith's translations unless told
+    otherwise, as an ONNX Runtime session."""
+    from exportsmith.verify.onnx_translations import translation_table
+
+    with quiet_onnx_registry():
+        program = torch.onnx.export(
+            model,
+            example,
+            dynamo=True,
+            dynamic_shapes=dynamic_shapes,
+            custom_translation_table=translation_table() if translations else None,
+            verbose=False,
+        )
+    return onnxruntime.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
 class GroupedMatmul(torch.nn.Module):
     def __init__(self, weight: torch.Tensor):
         super().__init__()
@@ -180,18 +197,7 @@ class AllTrue(torch.nn.Module):
 def test_is_all_true_translation_gives_the_op_for_any_input():
     """`aten._is_all_true` (transformers' tensor checks under export) is translated: the check's copy is removed with
     its assertion, and the op's value is torch's at other sizes, an empty tensor included."""
-    from exportsmith.verify.onnx_translations import translation_table
-
-    with quiet_onnx_registry():
-        program = torch.onnx.export(
-            AllTrue(),
-            (torch.ones(3),),
-            dynamo=True,
-            dynamic_shapes=({0: torch.export.Dim.DYNAMIC},),
-            custom_translation_table=translation_table(),
-            verbose=False,
-        )
-    session = onnxruntime.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort_session(AllTrue(), (torch.ones(3),), ({0: torch.export.Dim.DYNAMIC},))
     for values in ([1.0, 2.0], [1.0, -2.0], [], [-1.0], [3.0], [0.0, 5.0, 6.0]):
         x = torch.tensor(values, dtype=torch.float32).reshape(-1)
         all_true, plus_one = session.run(None, {"x": x.numpy()})
@@ -208,18 +214,7 @@ def test_erfinv_translation_is_torchs_erfinv_to_float_rounding():
     """`aten.erfinv` (gemma3n's activation sparsity: the normal quantile of a config constant) has no ONNX op and no
     torchlib translation; `onnx_translations.erfinv` is within a few float32 roundings of torch's, over (-1, 1), and
     gives inf at -1 and 1 and NaN outside, as torch does."""
-    from exportsmith.verify.onnx_translations import translation_table
-
-    with quiet_onnx_registry():
-        program = torch.onnx.export(
-            InverseErf(),
-            (torch.zeros(5),),
-            dynamo=True,
-            dynamic_shapes=({0: torch.export.Dim.DYNAMIC},),
-            custom_translation_table=translation_table(),
-            verbose=False,
-        )
-    session = onnxruntime.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort_session(InverseErf(), (torch.zeros(5),), ({0: torch.export.Dim.DYNAMIC},))
     x = torch.cat([torch.linspace(-1, 1, 20001), torch.tensor([1 - 1e-7, -1 + 1e-7, 0.9, -1.5, 1.5])])
     (actual,) = session.run(None, {"x": x.numpy()})
     actual, expected = torch.from_numpy(actual), torch.erfinv(x)
@@ -300,15 +295,9 @@ def test_block_diagonal_mask_converts_and_gives_torchs_mask_for_any_segments():
     """`segment-attention`'s mask (the vision towers of Qwen2-VL, GLM-4V, ...) goes through torch.onnx without a
     translation, and ONNX Runtime gives its values for other numbers and lengths of segments, empty ones included."""
     query = torch.zeros(1, 2, 8, 4)
-    with quiet_onnx_registry():
-        program = torch.onnx.export(
-            SegmentMask(),
-            (torch.tensor([0, 3, 8], dtype=torch.int32), query),
-            dynamo=True,
-            dynamic_shapes=({0: torch.export.Dim.DYNAMIC}, {2: torch.export.Dim.DYNAMIC}),
-            verbose=False,
-        )
-    session = onnxruntime.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    example = (torch.tensor([0, 3, 8], dtype=torch.int32), query)
+    dims = ({0: torch.export.Dim.DYNAMIC}, {2: torch.export.Dim.DYNAMIC})
+    session = ort_session(SegmentMask(), example, dims, translations=False)
     for lengths in ([9], [3, 7, 1], [4, 0, 6], [1, 1, 1, 1], [2, 5]):
         cu_seqlens = torch.tensor([0, *lengths]).cumsum(0).to(torch.int32)
         query = torch.zeros(1, 2, sum(lengths), 4)
