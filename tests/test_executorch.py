@@ -118,3 +118,154 @@ def test_keyword_inputs_in_another_order_reach_the_inputs_of_their_names():
     assert torch.equal(program(b=b, a=a), a * 2.0 - b)  # the constant `scale` as traced
     with pytest.raises(RuntimeError, match="hold no b"):
         program(a=a, c=b)
+
+
+class _Splits(torch.nn.Module):
+    """Every op that returns a list of views, each along a dim other than the (dynamic) batch."""
+
+    def forward(self, x):
+        a, b = x.split(4, dim=-1)
+        c, d, e = x.split_with_sizes([2, 3, 3], dim=1)
+        f, g = x.chunk(2, dim=-1)
+        h, i, j = x.tensor_split(3, dim=1)
+        rows = x.view(x.shape[0], 2, 4).unbind(1)
+        return a * b + c.sum(-1, keepdim=True) - d.mean(-1, keepdim=True) * e[:, :1] + f / (g.abs() + 1) + rows[1], (
+            h.sum(-1) + i.sum(-1) - j.sum(-1)
+        )
+
+
+def _exported_splits():
+    shapes = {"x": {0: torch.export.Dim("batch", max=16)}}
+    return torch.export.export(_Splits(), (torch.randn(3, 8),), dynamic_shapes=shapes, strict=False)
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 7])
+def test_list_outputs_become_slices_of_the_same_values(batch: int):
+    from exportsmith.verify.executorch_check import LIST_OUTPUT_OPS, slices_for_list_outputs
+
+    exported = _exported_splits()
+    x = torch.randn(batch, 8)
+    expected = exported.module()(x)
+    assert slices_for_list_outputs(exported) == 5
+    assert not [node for node in exported.graph.nodes if node.target in LIST_OUTPUT_OPS]
+    for got, want in zip(exported.module()(x), expected):
+        assert torch.equal(got, want)
+
+
+@needs_executorch
+def test_a_split_keeps_the_batch_dynamic_through_lowering():
+    """ExecuTorch 1.4.1's `to_edge` alone makes a split program's batch the example's (3); lowered with the slices,
+    the program runs at every batch of the range."""
+    from executorch.exir import to_edge
+
+    from exportsmith.verify.executorch_check import EtProgram
+
+    assert [str(symbol) for symbol in to_edge(_exported_splits()).exported_program().range_constraints] == ["3"]
+    exported = _exported_splits()
+    reference = exported.module()
+    program = EtProgram(exported)
+    for batch in (1, 2, 5, 16):
+        x = torch.randn(batch, 8)
+        for got, want in zip(program(x), reference(x)):
+            torch.testing.assert_close(got, want)
+
+
+class _RotateEveryTwo(torch.nn.Module):
+    """gptj's rotary step: a stack on a new last dim of a tensor with two dynamic dims (batch, tokens)."""
+
+    def forward(self, x):
+        x1, x2 = x[..., ::2], x[..., 1::2]
+        return torch.stack((-x2, x1), dim=-1).flatten(-2) * 2
+
+
+@needs_executorch
+def test_an_unsqueeze_with_two_dynamic_dims_stays_out_of_the_xnnpack_delegate():
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    from exportsmith.verify.executorch_check import EtProgram
+
+    def export():
+        batch, tokens = torch.export.Dim("batch", max=8), torch.export.Dim("tokens", max=16)
+        shapes = {"x": {0: batch, 1: tokens}}
+        return torch.export.export(_RotateEveryTwo(), (torch.randn(2, 5, 8),), dynamic_shapes=shapes, strict=False)
+
+    with pytest.raises(Exception, match="only supports 1 dynamic dimension"):  # ExecuTorch's own partitioner
+        to_edge_transform_and_lower(export(), partitioner=[XnnpackPartitioner()]).to_executorch()
+    program = EtProgram(export())
+    for batch, tokens in ((1, 1), (2, 5), (8, 16)):
+        x = torch.randn(batch, tokens, 8)
+        torch.testing.assert_close(program(x), _RotateEveryTwo()(x))
+
+
+class _CheckedPositive(torch.nn.Module):
+    def forward(self, x):
+        torch._check_tensor_all(x.abs() + 1 > 0, lambda: "positive")
+        return x * 3
+
+
+def test_a_tensor_check_goes_and_the_rest_stays():
+    from exportsmith.verify.executorch_check import without_tensor_checks
+
+    exported = torch.export.export(_CheckedPositive(), (torch.randn(2, 3),), strict=False)
+    targets = [node.target for node in exported.graph.nodes]
+    assert torch.ops.aten._is_all_true.default in targets
+    assert without_tensor_checks(exported) == 1
+    targets = [node.target for node in exported.graph.nodes if node.op == "call_function"]
+    assert targets == [torch.ops.aten.mul.Tensor]
+    x = torch.randn(2, 3)
+    assert torch.equal(exported.module()(x), x * 3)
+
+
+@needs_executorch
+def test_a_checked_tensor_condition_lowers_and_runs():
+    from exportsmith.verify.executorch_check import EtProgram
+
+    exported = torch.export.export(_CheckedPositive(), (torch.randn(2, 3),), strict=False)
+    program = EtProgram(exported)
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(program(x), x * 3)
+
+
+class _UpdatesItsState(torch.nn.Module):
+    """A Mamba layer's way: a state input updated in place, and outputs with constants between tensors."""
+
+    def forward(self, x, state):
+        state.mul_(2)
+        return x + state.sum(), None, state * 1, 3
+
+
+@needs_executorch
+def test_an_input_updated_in_place_is_not_taken_for_an_output():
+    from exportsmith.verify.executorch_check import EtProgram
+
+    exported = torch.export.export(_UpdatesItsState(), (torch.randn(2, 3), torch.ones(2)), strict=False)
+    program = EtProgram(exported)
+    x, state = torch.randn(2, 3), torch.tensor([1.0, 2.0])
+    total, nothing, new_state, three = program(x, state.clone())
+    torch.testing.assert_close(total, x + 6)
+    assert nothing is None and three == 3
+    torch.testing.assert_close(new_state, state * 2)
+
+
+class _TanhGelu(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.gelu(x, approximate="tanh")
+
+
+@needs_executorch
+def test_a_tanh_gelu_is_not_given_to_xnnpack_which_computes_the_erf_one():
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.runtime import Runtime
+
+    from exportsmith.verify.executorch_check import EtProgram
+
+    x = torch.linspace(-4, 4, 401).reshape(1, -1)
+    expected = _TanhGelu()(x)
+    stock = to_edge_transform_and_lower(torch.export.export(_TanhGelu(), (x,)), partitioner=[XnnpackPartitioner()])
+    buffer = stock.to_executorch().buffer  # kept alive: the runtime does not own it
+    program = Runtime.get().load_program(buffer)
+    method = program.load_method("forward")
+    assert (method.execute([x])[0] - expected).abs().max() > 1e-4  # ExecuTorch's own partitioner: the erf GELU
+    torch.testing.assert_close(EtProgram(torch.export.export(_TanhGelu(), (x,)))(x), expected)
