@@ -269,3 +269,41 @@ def test_a_tanh_gelu_is_not_given_to_xnnpack_which_computes_the_erf_one():
     method = program.load_method("forward")
     assert (method.execute([x])[0] - expected).abs().max() > 1e-4  # ExecuTorch's own partitioner: the erf GELU
     torch.testing.assert_close(EtProgram(torch.export.export(_TanhGelu(), (x,)))(x), expected)
+
+
+class _Counter(torch.nn.Module):
+    """A sliding-window layer's way: an int counter input slices and offsets, and comes back grown."""
+
+    def forward(self, x, count: int):
+        return x[:, : count + 1] * 2 + torch.arange(x.shape[1])[: count + 1], count + x.shape[1]
+
+
+def _exported_counter():
+    shapes = ({1: torch.export.Dim("tokens", min=2, max=16)}, torch.export.Dim.DYNAMIC)
+    return torch.export.export(_Counter(), (torch.randn(2, 10), 3), dynamic_shapes=shapes, strict=False)
+
+
+def test_an_int_input_becomes_the_length_of_an_empty_tensor():
+    from exportsmith.verify.executorch_check import ints_as_lengths
+
+    exported = _exported_counter()
+    assert ints_as_lengths(exported) == [1]
+    kinds = [type(spec.arg).__name__ for spec in exported.graph_signature.input_specs]
+    assert kinds == ["TensorArgument", "TensorArgument"]
+    graph = torch.fx.GraphModule(exported.graph_module, exported.graph)  # the graph alone, inputs as placeholders
+    for tokens, count in ((10, 3), (4, 0), (16, 9)):
+        x = torch.randn(2, tokens)
+        got, want = graph(x, torch.empty(count, 0)), _Counter()(x, count)
+        assert torch.equal(got[0], want[0]) and got[1] == want[1]
+
+
+@needs_executorch
+def test_an_int_input_runs_in_executorch():
+    from exportsmith.verify.executorch_check import EtProgram
+
+    program = EtProgram(_exported_counter())
+    for tokens, count in ((10, 3), (4, 0), (16, 9)):
+        x = torch.randn(2, tokens)
+        got, want = program(x, count), _Counter()(x, count)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1]

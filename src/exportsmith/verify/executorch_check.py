@@ -37,7 +37,14 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
+from torch.export.graph_signature import (
+    ConstantArgument,
+    InputKind,
+    InputSpec,
+    OutputKind,
+    SymIntArgument,
+    TensorArgument,
+)
 from torch.utils import _pytree as pytree
 
 from exportsmith.verify.check import (
@@ -279,6 +286,42 @@ def without_tensor_checks(exported: torch.export.ExportedProgram) -> int:
     return removed
 
 
+def ints_as_lengths(exported: torch.export.ExportedProgram) -> list[int]:
+    """Replace, in place, each int input of the program by an empty tensor input whose length is the int (shape
+    `[n, 0]`, no elements), and return their positions among the user inputs. ExecuTorch 1.4.1 emits an int input
+    as `None` and its runtime refuses an int there (`set_inputs` error 0x12: "Input 5 was expected to have type None
+    but was Int"), but a tensor's dynamic size is what it is made for. The program reads the int as that size
+    (`sym_size`): the same symbol, so the same graph and ranges. A sliding-window cache layer's `cumulative_length`
+    (mistral, gemma2, gemma3, ...) is such an input: the decode program serves every cache length with it."""
+    from torch._guards import detect_fake_mode
+
+    graph = exported.graph_module.graph
+    placeholders = {node.name: node for node in graph.nodes if node.op == "placeholder"}
+    fake_mode = detect_fake_mode([node.meta.get("val") for node in placeholders.values()])
+    user_inputs = [
+        i for i, spec in enumerate(exported.graph_signature.input_specs) if spec.kind == InputKind.USER_INPUT
+    ]
+    positions = []
+    for position, i in enumerate(user_inputs):
+        spec = exported.graph_signature.input_specs[i]
+        if not isinstance(spec.arg, SymIntArgument):
+            continue
+        node = placeholders[spec.arg.name]
+        with graph.inserting_before(node):
+            length = graph.placeholder(f"{node.name}_length")
+        with fake_mode:
+            length.meta["val"] = torch.empty(node.meta["val"], 0)
+        with graph.inserting_after(length):
+            size = graph.call_function(aten.sym_size.int, (length, 0))
+        size.meta["val"] = node.meta["val"]
+        node.replace_all_uses_with(size)
+        graph.erase_node(node)
+        exported.graph_signature.input_specs[i] = InputSpec(InputKind.USER_INPUT, TensorArgument(length.name), None)
+        positions.append(position)
+    exported.graph_module.recompile()
+    return positions
+
+
 class EtProgram:
     """An exported program lowered to ExecuTorch (XNNPACK) and loaded in the ExecuTorch runtime, called as the
     program is: inputs (a cache object among them) in, and the model's output rebuilt from the runtime's flat outputs
@@ -288,7 +331,7 @@ class EtProgram:
     every user input of the program in order, the ones it holds as constants too: inputs with the program's tree spec
     go in as they flatten; keyword inputs in another order or with other keys (generate()'s calls) by the names torch
     gives the program's inputs (`cache.layers.0.keys` is `cache_layers_0_keys`), a constant the call lacks with the
-    value it was traced with."""
+    value it was traced with; an int input as the empty tensor of its length (`ints_as_lengths`)."""
 
     def __init__(self, exported: torch.export.ExportedProgram):
         from executorch.exir import to_edge_transform_and_lower
@@ -299,6 +342,7 @@ class EtProgram:
         self.inputs = [s.arg for s in signature.input_specs if s.kind == InputKind.USER_INPUT]
         slices_for_list_outputs(exported)
         without_tensor_checks(exported)
+        self.lengths = set(ints_as_lengths(exported))
         lowered = to_edge_transform_and_lower(
             exported, partitioner=[xnnpack_partitioner()], compile_config=edge_config()
         ).to_executorch()
@@ -315,7 +359,14 @@ class EtProgram:
             if args:
                 raise RuntimeError("positional inputs that do not match the exported program's input tree spec")
             leaves = self.by_name(inputs)
-        feed = [leaf.contiguous() if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
+        feed = [
+            (
+                torch.empty(leaf, 0)
+                if i in self.lengths
+                else leaf.contiguous() if isinstance(leaf, torch.Tensor) else leaf
+            )
+            for i, leaf in enumerate(leaves)
+        ]
         values = self.method.execute(feed)
         if len(values) != len(self.returned):
             raise RuntimeError(
