@@ -307,3 +307,42 @@ def test_an_int_input_runs_in_executorch():
         got, want = program(x, count), _Counter()(x, count)
         torch.testing.assert_close(got[0], want[0])
         assert got[1] == want[1]
+
+
+class _FilledEmpty(torch.nn.Module):
+    """axk1's way: an `empty` tensor of a dynamic size that copies then fill."""
+
+    def forward(self, x):
+        key = x.new_empty(*x.shape[:-1], 6)
+        key[..., :4].copy_(x)
+        key[..., 4:].copy_(x[..., :2])
+        rows = torch.empty(x.shape[0], 3)
+        rows.copy_(x[:, :3])
+        return key * 2, rows + torch.empty_like(x)[:, :3].fill_(1)
+
+
+def _exported_filled_empty():
+    shapes = ({0: torch.export.Dim("batch", max=8)},)
+    return torch.export.export(_FilledEmpty(), (torch.randn(2, 4),), dynamic_shapes=shapes, strict=False)
+
+
+def test_an_empty_of_a_dynamic_size_becomes_zeros():
+    from exportsmith.verify.executorch_check import zeros_for_dynamic_empty
+
+    exported = _exported_filled_empty()
+    assert zeros_for_dynamic_empty(exported) == 3
+    assert not [node for node in exported.graph.nodes if "empty" in str(node.target)]
+    x = torch.randn(5, 4)
+    for got, want in zip(exported.module()(x), _FilledEmpty()(x)):
+        assert torch.equal(got, want)
+
+
+@needs_executorch
+def test_an_empty_of_a_dynamic_size_keeps_the_batch_dynamic():
+    from exportsmith.verify.executorch_check import EtProgram
+
+    program = EtProgram(_exported_filled_empty())
+    for batch in (1, 2, 8):
+        x = torch.randn(batch, 4)
+        for got, want in zip(program(x), _FilledEmpty()(x)):
+            torch.testing.assert_close(got, want)

@@ -286,6 +286,35 @@ def without_tensor_checks(exported: torch.export.ExportedProgram) -> int:
     return removed
 
 
+def zeros_for_dynamic_empty(exported: torch.export.ExportedProgram) -> int:
+    """Replace, in place, each `empty` / `new_empty` / `empty_like` of a dynamic size by the `zeros` of that size,
+    and return how many. ExecuTorch 1.4.1's memory-format pass turns `empty` into `_empty_dim_order`, declared with
+    `int[] size` where aten has `SymInt[]`: the call makes every dynamic size an int, and the edge program's batch
+    becomes the example's (axk1's `kv_nope.new_empty(...)` that two `copy_` then fill: arange fails to resize at
+    batch 1). A program reads no element of an `empty` tensor it has not written, so zeros give the same results, for
+    one fill more."""
+    zeros = {
+        aten.new_empty.default: aten.new_zeros.default,
+        aten.empty.memory_format: aten.zeros.default,
+        aten.empty_like.default: aten.zeros_like.default,
+    }
+    replaced = 0
+    for node in exported.graph_module.graph.nodes:
+        if node.op != "call_function" or node.target not in zeros:
+            continue
+        value = node.meta.get("val")
+        if not isinstance(value, torch.Tensor) or all(isinstance(size, int) for size in value.shape):
+            continue
+        if node.target is aten.empty.memory_format:
+            if node.kwargs.get("memory_format") not in (None, torch.contiguous_format):
+                continue
+            node.kwargs = {key: value for key, value in node.kwargs.items() if key != "memory_format"}
+        node.target = zeros[node.target]
+        replaced += 1
+    exported.graph_module.recompile()
+    return replaced
+
+
 def ints_as_lengths(exported: torch.export.ExportedProgram) -> list[int]:
     """Replace, in place, each int input of the program by an empty tensor input whose length is the int (shape
     `[n, 0]`, no elements), and return their positions among the user inputs. ExecuTorch 1.4.1 emits an int input
@@ -342,6 +371,7 @@ class EtProgram:
         self.inputs = [s.arg for s in signature.input_specs if s.kind == InputKind.USER_INPUT]
         slices_for_list_outputs(exported)
         without_tensor_checks(exported)
+        zeros_for_dynamic_empty(exported)
         self.lengths = set(ints_as_lengths(exported))
         lowered = to_edge_transform_and_lower(
             exported, partitioner=[xnnpack_partitioner()], compile_config=edge_config()
