@@ -346,3 +346,36 @@ def test_an_empty_of_a_dynamic_size_keeps_the_batch_dynamic():
         x = torch.randn(batch, 4)
         for got, want in zip(program(x), _FilledEmpty()(x)):
             torch.testing.assert_close(got, want)
+
+
+class _Conv1d(torch.nn.Module):
+    """convbert's separable convolution: a 1-d convolution over `[batch, channels, length]`."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(4, 4, 3, padding=1, groups=4)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+@needs_executorch
+def test_a_1d_convolution_with_two_dynamic_dims_stays_out_of_the_xnnpack_delegate():
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    from exportsmith.verify.executorch_check import EtProgram
+
+    torch.manual_seed(0)
+    model = _Conv1d().eval().requires_grad_(False)
+
+    def export():
+        shapes = ({0: torch.export.Dim("batch", max=8), 2: torch.export.Dim("length", min=2, max=32)},)
+        return torch.export.export(model, (torch.randn(2, 4, 6),), dynamic_shapes=shapes, strict=False)
+
+    with pytest.raises(Exception, match="only supports 1 dynamic dimension"):  # ExecuTorch's own partitioner
+        to_edge_transform_and_lower(export(), partitioner=[XnnpackPartitioner()]).to_executorch()
+    program = EtProgram(export())
+    for batch, length in ((1, 2), (3, 9), (8, 32)):
+        x = torch.randn(batch, 4, length)
+        torch.testing.assert_close(program(x), model(x))

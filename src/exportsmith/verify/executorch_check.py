@@ -239,8 +239,12 @@ def xnnpack_partitioner():
       program silently computes another function (4.7e-4 apart at |x| ~ 2: every gemma's MLP, logits off by 2e-4);
     - an `unsqueeze` whose output has more than one dynamic dim: XNNPACK lowers it to a static reshape, which allows
       one, but the config checks only the unsqueezed dim, so lowering fails ("XNNPACK reshape only supports 1 dynamic
-      dimension"): `torch.stack(..., dim=-1)` of a `[batch, tokens, ...]` tensor in a rotary embedding."""
+      dimension"): `torch.stack(..., dim=-1)` of a `[batch, tokens, ...]` tensor in a rotary embedding;
+    - a 1-d convolution of an input with more than one dynamic dim, for the same reason: XNNPACK runs it as a 2-d one
+      between an unsqueeze and a squeeze it adds itself (`Conv1dUnsqueezePass`), on `[batch, channels, length]`
+      (convbert's separable convolution)."""
     from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
+    from executorch.backends.xnnpack.partition.config.gemm_configs import ConvolutionConfig
     from executorch.backends.xnnpack.partition.config.generic_node_configs import GeluConfig, UnsqueezeCopyConfig
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from torch.fx.experimental.symbolic_shapes import free_symbols
@@ -255,7 +259,17 @@ def xnnpack_partitioner():
             dynamic = [size for size in node.meta["val"].shape if free_symbols(size)]
             return len(dynamic) <= 1 and super().check_constraints(node, ep)
 
-    replaced = {GeluConfig: ErfGelu, UnsqueezeCopyConfig: UnsqueezeOneDynamicDim}
+    class ConvolutionOneDynamicDimIn1d(ConvolutionConfig):
+        def check_constraints(self, node: torch.fx.Node, ep: torch.export.ExportedProgram) -> bool:
+            one_d = len(node.args[3]) == 1
+            dynamic = [size for size in node.args[0].meta["val"].shape if free_symbols(size)]
+            return not (one_d and len(dynamic) > 1) and super().check_constraints(node, ep)
+
+    replaced = {
+        GeluConfig: ErfGelu,
+        UnsqueezeCopyConfig: UnsqueezeOneDynamicDim,
+        ConvolutionConfig: ConvolutionOneDynamicDimIn1d,
+    }
     return XnnpackPartitioner(configs=[replaced.get(config, config) for config in ALL_PARTITIONER_CONFIGS])
 
 
