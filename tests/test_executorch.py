@@ -141,7 +141,7 @@ def _exported_splits():
 
 @pytest.mark.parametrize("batch", [1, 2, 3, 7])
 def test_list_outputs_become_slices_of_the_same_values(batch: int):
-    from exportsmith.verify.executorch_check import LIST_OUTPUT_OPS, slices_for_list_outputs
+    from exportsmith.verify.executorch_recipe import LIST_OUTPUT_OPS, slices_for_list_outputs
 
     exported = _exported_splits()
     x = torch.randn(batch, 8)
@@ -205,7 +205,7 @@ class _CheckedPositive(torch.nn.Module):
 
 
 def test_a_tensor_check_goes_and_the_rest_stays():
-    from exportsmith.verify.executorch_check import without_tensor_checks
+    from exportsmith.verify.executorch_recipe import without_tensor_checks
 
     exported = torch.export.export(_CheckedPositive(), (torch.randn(2, 3),), strict=False)
     targets = [node.target for node in exported.graph.nodes]
@@ -284,7 +284,7 @@ def _exported_counter():
 
 
 def test_an_int_input_becomes_the_length_of_an_empty_tensor():
-    from exportsmith.verify.executorch_check import ints_as_lengths
+    from exportsmith.verify.executorch_recipe import ints_as_lengths
 
     exported = _exported_counter()
     assert ints_as_lengths(exported) == [1]
@@ -327,7 +327,7 @@ def _exported_filled_empty():
 
 
 def test_an_empty_of_a_dynamic_size_becomes_zeros():
-    from exportsmith.verify.executorch_check import zeros_for_dynamic_empty
+    from exportsmith.verify.executorch_recipe import zeros_for_dynamic_empty
 
     exported = _exported_filled_empty()
     assert zeros_for_dynamic_empty(exported) == 3

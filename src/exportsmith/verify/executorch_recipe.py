@@ -1,0 +1,228 @@
+"""The ExecuTorch recipe: what `executorch_check` does to a model and to its exported program, beyond ExecuTorch's own
+CPU recipe (`to_edge_transform_and_lower(..., partitioner=[XnnpackPartitioner()])`, then `to_executorch()`), so
+that the lowered program runs at every shape of the exported one and computes what it computes.
+
+Each function works around one ExecuTorch 1.4.1 behaviour (or sets the model up as transformers' own ExecuTorch
+exporter does), met on real model types and reduced in `tests/test_executorch.py`, where the stock path is shown
+failing. The graph rewrites keep the program's values: a split's outputs are the slices they are, an `empty` that the
+program fills is zeros, an int input is the size of an empty tensor, and only tensor checks (assertions) go.
+docs/INTEROP.md#executorch says what each fixes.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+from torch.export.graph_signature import InputKind, InputSpec, SymIntArgument, TensorArgument
+
+
+def prepare_for_xnnpack(model: torch.nn.Module) -> None:
+    """Set `model` up as transformers' own ExecuTorch exporter does for XNNPACK, for inference:
+    - parameters that do not require grad: lowering re-traces the program, and an in-place op on a parameter that
+      requires grad is refused there ("a leaf Variable that requires grad is being used in an in-place operation":
+      bamba's and falcon_h1's Mamba mixers);
+    - mixture-of-experts layers on transformers' `batched_mm` experts: the default, `grouped_mm`, counts tokens per
+      expert with `torch.histc` and multiplies with `torch._grouped_mm`, neither of which the edge dialect or
+      ExecuTorch's kernels have.
+    The references stay the original model's, with its default experts."""
+    model.requires_grad_(False)
+    can_set = getattr(model, "_can_set_experts_implementation", None)
+    if can_set is not None and can_set():
+        model.set_experts_implementation("batched_mm")
+
+
+def edge_config():
+    """The edge dialect's config: its verifier refuses any Python function in the graph, and every decode program that
+    pads its mask has `torch.sym_max` (or `torch.sym_min`); `to_executorch` maps both to ExecuTorch's prim ops
+    itself, so they are let through as exceptions. (Mapping them to the prim ops before `to_edge` lowers, but the
+    runtime then sizes `x[:, :max(n, 4)]` as `n`: a wrong result, not an error.)"""
+    from executorch.exir import EdgeCompileConfig
+
+    return EdgeCompileConfig(_core_aten_ops_exception_list=[torch.sym_max, torch.sym_min])
+
+
+aten = torch.ops.aten
+
+# The ops that return a list of tensors, each output a slice (or a select, unbind's) of the input along one dim.
+LIST_OUTPUT_OPS = (
+    aten.split.Tensor,
+    aten.split_with_sizes.default,
+    aten.chunk.default,
+    aten.tensor_split.sections,
+    aten.unbind.int,
+)
+
+
+def slices_for_list_outputs(exported: torch.export.ExportedProgram) -> int:
+    """Replace, in place, each output of a `LIST_OUTPUT_OPS` node by the `slice` (`select`) it is, and return how many
+    nodes went. ExecuTorch 1.4.1's edge verifier (`EdgeOpArgValidator`) takes `len()` of such an op's first output
+    where it means the list's: on a tensor whose first dim is dynamic (a batch) that is a guard, and `to_edge`
+    specializes the dim to the example's size (`x.split(2, -1)` on a dynamic batch gives a program of batch 3 only).
+    The runtime then refuses every other batch (`set_inputs` error 0x12) or fails to resize (`arange`, 0x12). A
+    slice is the same view of the same elements, so the program computes the same; only static sizes along the
+    split dim are rewritten (a symbolic one is left to the op)."""
+    graph = exported.graph_module.graph
+    removed = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in LIST_OUTPUT_OPS:
+            continue
+        if not all(user.target is operator.getitem for user in node.users):
+            continue
+        source = node.args[0]
+        schema_dim = 1 if node.target is aten.unbind.int else 2
+        dim = node.kwargs.get("dim", node.args[schema_dim] if len(node.args) > schema_dim else 0)
+        dim %= source.meta["val"].dim()
+        outputs = node.meta["val"]
+        sizes = [output.shape[dim] if node.target is not aten.unbind.int else 1 for output in outputs]
+        if not all(isinstance(size, int) for size in sizes):
+            continue
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        for user in list(node.users):
+            index = user.args[1]
+            with graph.inserting_before(user):
+                if node.target is aten.unbind.int:
+                    view = graph.call_function(aten.select.int, (source, dim, index))
+                else:
+                    end = starts[index] + sizes[index]
+                    view = graph.call_function(aten.slice.Tensor, (source, dim, starts[index], end))
+            view.meta.update(user.meta)
+            user.replace_all_uses_with(view)
+            graph.erase_node(user)
+        graph.erase_node(node)
+        removed += 1
+    exported.graph_module.recompile()
+    return removed
+
+
+def xnnpack_partitioner():
+    """ExecuTorch's `XnnpackPartitioner`, except for two kinds of node its 1.4.1 configs take and XNNPACK then gets
+    wrong; left out of the delegate, they run on ExecuTorch's portable kernels:
+    - `gelu(x, approximate="tanh")`: XNNPACK's GELU is the erf one, and its lowering drops `approximate`, so the
+      program silently computes another function (4.7e-4 apart at |x| ~ 2: every gemma's MLP, logits off by 2e-4);
+    - an `unsqueeze` whose output has more than one dynamic dim: XNNPACK lowers it to a static reshape, which allows
+      one, but the config checks only the unsqueezed dim, so lowering fails ("XNNPACK reshape only supports 1 dynamic
+      dimension"): `torch.stack(..., dim=-1)` of a `[batch, tokens, ...]` tensor in a rotary embedding;
+    - a 1-d convolution of an input with more than one dynamic dim, for the same reason: XNNPACK runs it as a 2-d one
+      between an unsqueeze and a squeeze it adds itself (`Conv1dUnsqueezePass`), on `[batch, channels, length]`
+      (convbert's separable convolution)."""
+    from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
+    from executorch.backends.xnnpack.partition.config.gemm_configs import ConvolutionConfig
+    from executorch.backends.xnnpack.partition.config.generic_node_configs import GeluConfig, UnsqueezeCopyConfig
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from torch.fx.experimental.symbolic_shapes import free_symbols
+
+    class ErfGelu(GeluConfig):
+        def check_constraints(self, node: torch.fx.Node, ep: torch.export.ExportedProgram) -> bool:
+            approximate = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
+            return approximate == "none" and super().check_constraints(node, ep)
+
+    class UnsqueezeOneDynamicDim(UnsqueezeCopyConfig):
+        def check_constraints(self, node: torch.fx.Node, ep: torch.export.ExportedProgram) -> bool:
+            dynamic = [size for size in node.meta["val"].shape if free_symbols(size)]
+            return len(dynamic) <= 1 and super().check_constraints(node, ep)
+
+    class ConvolutionOneDynamicDimIn1d(ConvolutionConfig):
+        def check_constraints(self, node: torch.fx.Node, ep: torch.export.ExportedProgram) -> bool:
+            one_d = len(node.args[3]) == 1
+            dynamic = [size for size in node.args[0].meta["val"].shape if free_symbols(size)]
+            return not (one_d and len(dynamic) > 1) and super().check_constraints(node, ep)
+
+    replaced = {
+        GeluConfig: ErfGelu,
+        UnsqueezeCopyConfig: UnsqueezeOneDynamicDim,
+        ConvolutionConfig: ConvolutionOneDynamicDimIn1d,
+    }
+    return XnnpackPartitioner(configs=[replaced.get(config, config) for config in ALL_PARTITIONER_CONFIGS])
+
+
+def without_tensor_checks(exported: torch.export.ExportedProgram) -> int:
+    """Remove, in place, the runtime checks of tensor conditions, and return how many. transformers'
+    `torch_compilable_check` asserts them with `torch._check_tensor_all`, which leaves in the program
+    `_is_all_true(cond)`, its `item()` and the assertions on that number: `_is_all_true` is not in the core ATen
+    opset the edge dialect accepts, nor is the `torch.sym_ite` after it. torch.onnx drops such assertions too; an
+    input that fails the check gets no error from the lowered program, every other input the same result. Only
+    checks whose every node is part of the check go."""
+    graph = exported.graph_module.graph
+    check_ops = {aten.item.default, torch.sym_ite, aten._assert_scalar.default, operator.ge, operator.le, operator.eq}
+    removed = 0
+    for node in [n for n in graph.nodes if n.op == "call_function" and n.target is aten._is_all_true.default]:
+        check, frontier = [node], [node]
+        while frontier:
+            for user in frontier.pop().users:
+                if user not in check:
+                    check.append(user)
+                    frontier.append(user)
+        if not all(part.target in check_ops for part in check[1:]):
+            continue
+        for part in sorted(check, key=lambda n: -list(graph.nodes).index(n)):
+            graph.erase_node(part)
+        removed += 1
+    graph.eliminate_dead_code()
+    exported.graph_module.recompile()
+    return removed
+
+
+def zeros_for_dynamic_empty(exported: torch.export.ExportedProgram) -> int:
+    """Replace, in place, each `empty` / `new_empty` / `empty_like` of a dynamic size by the `zeros` of that size,
+    and return how many. ExecuTorch 1.4.1's memory-format pass turns `empty` into `_empty_dim_order`, declared with
+    `int[] size` where aten has `SymInt[]`: the call makes every dynamic size an int, and the edge program's batch
+    becomes the example's (axk1's `kv_nope.new_empty(...)` that two `copy_` then fill: arange fails to resize at
+    batch 1). A program reads no element of an `empty` tensor it has not written, so zeros give the same results, for
+    one fill more."""
+    zeros = {
+        aten.new_empty.default: aten.new_zeros.default,
+        aten.empty.memory_format: aten.zeros.default,
+        aten.empty_like.default: aten.zeros_like.default,
+    }
+    replaced = 0
+    for node in exported.graph_module.graph.nodes:
+        if node.op != "call_function" or node.target not in zeros:
+            continue
+        value = node.meta.get("val")
+        if not isinstance(value, torch.Tensor) or all(isinstance(size, int) for size in value.shape):
+            continue
+        if node.target is aten.empty.memory_format:
+            if node.kwargs.get("memory_format") not in (None, torch.contiguous_format):
+                continue
+            node.kwargs = {key: value for key, value in node.kwargs.items() if key != "memory_format"}
+        node.target = zeros[node.target]
+        replaced += 1
+    exported.graph_module.recompile()
+    return replaced
+
+
+def ints_as_lengths(exported: torch.export.ExportedProgram) -> list[int]:
+    """Replace, in place, each int input of the program by an empty tensor input whose length is the int (shape
+    `[n, 0]`, no elements), and return their positions among the user inputs. ExecuTorch 1.4.1 emits an int input
+    as `None` and its runtime refuses an int there (`set_inputs` error 0x12: "Input 5 was expected to have type None
+    but was Int"), but a tensor's dynamic size is what it is made for. The program reads the int as that size
+    (`sym_size`): the same symbol, so the same graph and ranges. A sliding-window cache layer's `cumulative_length`
+    (mistral, gemma2, gemma3, ...) is such an input: the decode program serves every cache length with it."""
+    from torch._guards import detect_fake_mode
+
+    graph = exported.graph_module.graph
+    placeholders = {node.name: node for node in graph.nodes if node.op == "placeholder"}
+    fake_mode = detect_fake_mode([node.meta.get("val") for node in placeholders.values()])
+    user_inputs = [
+        i for i, spec in enumerate(exported.graph_signature.input_specs) if spec.kind == InputKind.USER_INPUT
+    ]
+    positions = []
+    for position, i in enumerate(user_inputs):
+        spec = exported.graph_signature.input_specs[i]
+        if not isinstance(spec.arg, SymIntArgument):
+            continue
+        node = placeholders[spec.arg.name]
+        with graph.inserting_before(node):
+            length = graph.placeholder(f"{node.name}_length")
+        with fake_mode:
+            length.meta["val"] = torch.empty(node.meta["val"], 0)
+        with graph.inserting_after(length):
+            size = graph.call_function(aten.sym_size.int, (length, 0))
+        size.meta["val"] = node.meta["val"]
+        node.replace_all_uses_with(size)
+        graph.erase_node(node)
+        exported.graph_signature.input_specs[i] = InputSpec(InputKind.USER_INPUT, TensorArgument(length.name), None)
+        positions.append(position)
+    exported.graph_module.recompile()
+    return positions
