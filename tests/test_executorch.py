@@ -379,3 +379,26 @@ def test_a_1d_convolution_with_two_dynamic_dims_stays_out_of_the_xnnpack_delegat
     for batch, length in ((1, 2), (3, 9), (8, 32)):
         x = torch.randn(batch, 4, length)
         torch.testing.assert_close(program(x), model(x))
+
+
+class _MaxOverLastDim(torch.nn.Module):
+    """gpt_oss's attention sinks: the max of 4-d scores over their last dim, as `dim=-1`."""
+
+    def forward(self, scores):
+        return scores - scores.max(dim=-1, keepdim=True).values
+
+
+@needs_executorch
+def test_a_max_over_a_negative_dim_stays_out_of_the_xnnpack_delegate():
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    from exportsmith.verify.executorch_check import EtProgram
+
+    def export():
+        return torch.export.export(_MaxOverLastDim(), (torch.randn(2, 3, 4, 5),), strict=False)
+
+    with pytest.raises(Exception, match="only supports dim == 2 or dim == 3"):  # ExecuTorch's own partitioner
+        to_edge_transform_and_lower(export(), partitioner=[XnnpackPartitioner()]).to_executorch()
+    scores = torch.randn(2, 3, 4, 5)
+    torch.testing.assert_close(EtProgram(export())(scores), _MaxOverLastDim()(scores))

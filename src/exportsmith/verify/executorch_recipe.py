@@ -105,9 +105,13 @@ def xnnpack_partitioner():
       dimension"): `torch.stack(..., dim=-1)` of a `[batch, tokens, ...]` tensor in a rotary embedding;
     - a 1-d convolution of an input with more than one dynamic dim, for the same reason: XNNPACK runs it as a 2-d one
       between an unsqueeze and a squeeze it adds itself (`Conv1dUnsqueezePass`), on `[batch, channels, length]`
-      (convbert's separable convolution)."""
+      (convbert's separable convolution);
+    - a `max` over a dim given as negative, or without `keepdim`: XNNPACK's max-pool lowering of it takes the dim as
+      written and only 2 or 3 with `keepdim`, but the config checks neither ("amax.default only supports dim == 2 or
+      dim == 3": gpt_oss's attention sinks, `max(dim=-1, keepdim=True)` of a 4-d tensor)."""
     from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
     from executorch.backends.xnnpack.partition.config.gemm_configs import ConvolutionConfig
+    from executorch.backends.xnnpack.partition.config.node_configs import MaxDimConfig
     from executorch.backends.xnnpack.partition.config.generic_node_configs import GeluConfig, UnsqueezeCopyConfig
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from torch.fx.experimental.symbolic_shapes import free_symbols
@@ -128,7 +132,14 @@ def xnnpack_partitioner():
             dynamic = [size for size in node.args[0].meta["val"].shape if free_symbols(size)]
             return not (one_d and len(dynamic) > 1) and super().check_constraints(node, ep)
 
+    class MaxOverDim2Or3(MaxDimConfig):
+        def check_constraints(self, node: torch.fx.Node, ep: torch.export.ExportedProgram) -> bool:
+            dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+            keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+            return dim in (2, 3) and keepdim and super().check_constraints(node, ep)
+
     replaced = {
+        MaxDimConfig: MaxOverDim2Or3,
         GeluConfig: ErfGelu,
         UnsqueezeCopyConfig: UnsqueezeOneDynamicDim,
         ConvolutionConfig: ConvolutionOneDynamicDimIn1d,
