@@ -402,3 +402,15 @@ def test_a_max_over_a_negative_dim_stays_out_of_the_xnnpack_delegate():
         to_edge_transform_and_lower(export(), partitioner=[XnnpackPartitioner()]).to_executorch()
     scores = torch.randn(2, 3, 4, 5)
     torch.testing.assert_close(EtProgram(export())(scores), _MaxOverLastDim()(scores))
+
+
+def test_the_copy_is_set_up_for_xnnpack_as_transformers_exporter_sets_a_model_up():
+    from exportsmith.verify.check import build_pair
+    from exportsmith.verify.executorch_recipe import prepare_for_xnnpack
+
+    _, copy = build_pair("mixtral", "generated")
+    assert "batched_mm" not in copy.get_experts_implementation().values()  # grouped_mm by default
+    assert any(parameter.requires_grad for parameter in copy.parameters())
+    prepare_for_xnnpack(copy)
+    assert set(copy.get_experts_implementation().values()) == {"batched_mm"}
+    assert not any(parameter.requires_grad for parameter in copy.parameters())

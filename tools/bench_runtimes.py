@@ -60,16 +60,22 @@ def ours_onnx(copy, program):
 
 def ours_executorch(copy, program):
     from exportsmith.verify.executorch_check import EtProgram, bounded_dims
+    from exportsmith.verify.executorch_recipe import prepare_for_xnnpack
 
+    prepare_for_xnnpack(copy)  # as `verify --executorch` sets the copy up
     return EtProgram(export_program(copy, program.cases[0].inputs(), bounded_dims(program)))
 
 
 def theirs(kind: str, original, program):
     from transformers.exporters import ExecutorchConfig, ExecutorchExporter, OnnxConfig, OnnxExporter
 
-    exporter, config = (OnnxExporter(), OnnxConfig(dynamic=True)) if kind == "onnx" else (
-        ExecutorchExporter(),
-        ExecutorchConfig(backend="xnnpack", dynamic=True),
+    exporter, config = (
+        (OnnxExporter(), OnnxConfig(dynamic=True))
+        if kind == "onnx"
+        else (
+            ExecutorchExporter(),
+            ExecutorchConfig(backend="xnnpack", dynamic=True),
+        )
     )
     return exporter.export(original, program.cases[0].inputs(), config)
 
@@ -126,9 +132,10 @@ def main() -> None:
         "|---|---|---|---|---|",
     ]
     for runtime, timings in rows:
-        (ours_ms, ours_diff, ours_error), (their_ms, their_diff, their_error) = timings["exportsmith"], timings[
-            "transformers"
-        ]
+        (ours_ms, ours_diff, ours_error), (their_ms, their_diff, their_error) = (
+            timings["exportsmith"],
+            timings["transformers"],
+        )
         ratio = f"**{ours_ms / their_ms:.2f}**" if ours_ms and their_ms else "–"
         lines.append(
             f"| {runtime} | {f'{ours_ms:.2f}' if ours_ms else ours_error} | "

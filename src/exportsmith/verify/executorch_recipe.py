@@ -156,6 +156,7 @@ def without_tensor_checks(exported: torch.export.ExportedProgram) -> int:
     checks whose every node is part of the check go."""
     graph = exported.graph_module.graph
     check_ops = {aten.item.default, torch.sym_ite, aten._assert_scalar.default, operator.ge, operator.le, operator.eq}
+    order = {node: position for position, node in enumerate(graph.nodes)}
     removed = 0
     for node in [n for n in graph.nodes if n.op == "call_function" and n.target is aten._is_all_true.default]:
         check, frontier = [node], [node]
@@ -166,7 +167,7 @@ def without_tensor_checks(exported: torch.export.ExportedProgram) -> int:
                     frontier.append(user)
         if not all(part.target in check_ops for part in check[1:]):
             continue
-        for part in sorted(check, key=lambda n: -list(graph.nodes).index(n)):
+        for part in sorted(check, key=order.get, reverse=True):  # users before what they use
             graph.erase_node(part)
         removed += 1
     graph.eliminate_dead_code()
