@@ -335,6 +335,51 @@ def test_constant_numbers_of_the_output_become_graph_outputs():
     assert np.array_equal(y, np.full(5, 2.0, dtype=np.float32)) and int(window) == 8 and int(length) == 5
 
 
+class KeepsItsState(torch.nn.Module):
+    def forward(self, x: torch.Tensor, state: torch.Tensor):
+        return {"y": x * 2, "state": state}  # a cache layer a step leaves as it is
+
+
+@pytest.mark.parametrize("optimized", [True, False])
+def test_an_input_returned_as_it_is_gets_an_output_of_its_own(monkeypatch, optimized: bool):
+    """An ONNX value has one name: an output that is a graph input becomes an `Identity` of it, so that the output
+    can be named apart from the input and ONNX Runtime returns it. An optimized graph has one; a graph left unoptimized
+    (muse_spark's, for its epsilon: `no_op_hazards`) has none of its own."""
+    from exportsmith.verify import onnx_check
+
+    if not optimized:
+        monkeypatch.setattr(onnx_check, "no_op_hazards", lambda model: ["Add 1e-08"])
+    dims = {"x": {0: torch.export.Dim.DYNAMIC}, "state": {0: torch.export.Dim.DYNAMIC}}
+    program = onnx_check.export_onnx(KeepsItsState(), {"x": torch.ones(3), "state": torch.zeros(2)}, dims)
+    graph = program.model.graph
+    assert not any(value.is_graph_input() for value in graph.outputs)
+    session = onnxruntime.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    state = np.arange(4, dtype=np.float32)
+    x_name, state_name = (value.name for value in session.get_inputs())
+    y, returned = session.run(None, {x_name: np.ones(5, dtype=np.float32), state_name: state})
+    assert np.array_equal(y, np.full(5, 2.0, dtype=np.float32)) and np.array_equal(returned, state)
+
+
+class FoldsAConstant(torch.nn.Module):
+    def forward(self, x: torch.Tensor):
+        return x * (torch.ones(1) * 3)
+
+
+def test_a_graph_the_optimizer_breaks_is_exported_again_and_kept_as_translated(monkeypatch):
+    """When the optimized graph has an input nothing defines (gemma4_audio's), `export_onnx` returns the graph as
+    translated, as `optimize=False` gives it (the optimizer would fold the constant product here)."""
+    from exportsmith.verify import onnx_check
+
+    dims = {"x": {0: torch.export.Dim.DYNAMIC}}
+    optimized = len(onnx_check.export_onnx(FoldsAConstant(), {"x": torch.ones(3)}, dims).model.graph)
+    monkeypatch.setattr(onnx_check, "undefined_values", lambda model: ["broken"])
+    kept = onnx_check.export_onnx(FoldsAConstant(), {"x": torch.ones(3)}, dims)
+    assert len(kept.model.graph) > optimized
+    session = onnxruntime.InferenceSession(kept.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    (y,) = session.run(None, {"x": np.ones(4, dtype=np.float32)})
+    assert np.array_equal(y, np.full(4, 3.0, dtype=np.float32))
+
+
 def test_a_model_failure_is_a_result_not_an_exception():
     result = verify_onnx("llama", package="no_such_package_anywhere")
     assert not result.ok and result.failure == "build" and "no_such_package_anywhere" in result.message

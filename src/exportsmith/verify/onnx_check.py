@@ -352,28 +352,45 @@ def export_onnx(model: torch.nn.Module, example: dict, dynamic_shapes: dict) -> 
     """`model` at `example` through `torch.onnx.export(dynamo=True)`, with check's dynamic dims and the translations
     of `onnx_translations` (transformers' MoE `grouped_mm_fallback`), SDPA on its math kernel (`one_sdpa_kernel`),
     and the output's constant numbers as tensors (`NumbersAsTensors`). The graph is optimized as torch.onnx does
-    unless the optimizer would drop a constant that is not its op's identity (`no_op_hazards`): it is then left as
-    translated, and ONNX Runtime optimizes it when it loads it."""
+    unless the optimizer would drop a constant that is not its op's identity (`no_op_hazards`), or leaves the graph
+    invalid (`undefined_values`): it is then exported again and left as translated, and ONNX Runtime optimizes it
+    when it loads it (the graph is not cloned before optimizing: a real-size model's would copy its weights). An
+    input the graph returns as it is gets an output of its own (`outputs_apart_from_inputs`)."""
     from exportsmith.verify.onnx_translations import translation_table  # needs onnxscript: the `onnx` extra
 
-    with quiet_onnx_registry(), one_sdpa_kernel():
-        program = torch.onnx.export(
-            with_named_inputs(NumbersAsTensors(model), example),
-            (),
-            kwargs=example,
-            dynamo=True,
-            dynamic_shapes=dynamic_shapes,
-            custom_translation_table=translation_table(),
-            optimize=False,
-            verbose=False,
-            report=False,
-        )
+    def translated() -> "torch.onnx.ONNXProgram":
+        with quiet_onnx_registry(), one_sdpa_kernel():
+            return torch.onnx.export(
+                with_named_inputs(NumbersAsTensors(model), example),
+                (),
+                kwargs=example,
+                dynamo=True,
+                dynamic_shapes=dynamic_shapes,
+                custom_translation_table=translation_table(),
+                optimize=False,
+                verbose=False,
+                report=False,
+            )
+
+    program = translated()
     if not no_op_hazards(program.model):
-        translated = program.model.clone()
         program.optimize()  # what `optimize=True` does
-        if undefined_values(program.model):  # the optimizer broke the graph: keep it as translated
-            program.model = translated
+        if undefined_values(program.model):  # the optimizer broke the graph (rare: gemma4_audio's)
+            program = translated()
+    outputs_apart_from_inputs(program.model.graph)
     return program
+
+
+def outputs_apart_from_inputs(graph) -> None:
+    """An input the graph returns as it is (a cache layer's tensor that a step leaves unchanged) becomes an `Identity`
+    of it: an ONNX value has one name, and the output's name is not the input's."""
+    import onnx_ir  # torch.onnx's graph library, with the extra
+
+    for index, value in enumerate(graph.outputs):
+        if value.is_graph_input():
+            identity = onnx_ir.node("Identity", inputs=[value])
+            graph.append(identity)
+            graph.outputs[index] = identity.outputs[0]
 
 
 def undefined_values(model) -> list[str]:
@@ -444,13 +461,6 @@ def name_graph_io(onnx_program, generated: torch.nn.Module, example: Case) -> No
     kwargs = {name: kwargs[name] for name in kwargs_spec.context}
     output = run(generated, example)  # fresh inputs: the forward grows the cache it is given in place
     graph = onnx_program.model.graph
-    import onnx_ir  # torch.onnx's graph library, with the extra
-
-    for index, value in enumerate(graph.outputs):
-        if value.is_graph_input():  # an input returned as it is (a cache layer's constant tensor): its own value
-            identity = onnx_ir.node("Identity", inputs=[value])
-            graph.append(identity)
-            graph.outputs[index] = identity.outputs[0]
     for values, tree, spec, specs, top_level in (
         (graph.inputs, kwargs, kwargs_spec, program.graph_signature.input_specs, INPUT_NAMES),
         (
