@@ -414,3 +414,71 @@ def test_the_copy_is_set_up_for_xnnpack_as_transformers_exporter_sets_a_model_up
     prepare_for_xnnpack(copy)
     assert set(copy.get_experts_implementation().values()) == {"batched_mm"}
     assert not any(parameter.requires_grad for parameter in copy.parameters())
+
+
+def test_a_composite_gets_batched_mm_experts_in_its_language_model():
+    """kimi_k25's top-level class has no experts of its own (`_can_set_experts_implementation()` is False there); its
+    DeepSeek-V3 language model has, and kept `grouped_mm` (`torch.histc`, no ExecuTorch op) before."""
+    from exportsmith.verify.executorch_recipe import prepare_for_xnnpack
+    from exportsmith.verify.tasks import model_class
+    from exportsmith.verify.tiny import build_tiny_model, tiny_config
+
+    def original(model_type: str) -> torch.nn.Module:
+        return build_tiny_model(model_class(model_type)[1], tiny_config(model_type))
+
+    model = original("kimi_k25")
+    assert not model._can_set_experts_implementation()
+    language_model = model.model.language_model
+    assert language_model.config._experts_implementation != "batched_mm"
+    prepare_for_xnnpack(model)
+    assert language_model.config._experts_implementation == "batched_mm"
+    prepare_for_xnnpack(original("llava"))  # no experts: no error
+
+
+class _Buckets(torch.nn.Module):
+    """Idefics2's vision embeddings: each patch's fractional coordinate bucketed by the patch grid's boundaries."""
+
+    def __init__(self, right: bool, out_int32: bool):
+        super().__init__()
+        self.right, self.out_int32 = right, out_int32
+        self.register_buffer("boundaries", torch.arange(1 / 7, 1.0, 1 / 7))
+
+    def forward(self, coordinates):
+        return torch.bucketize(coordinates, self.boundaries, right=self.right, out_int32=self.out_int32)
+
+
+def _coordinates(batch: int) -> torch.Tensor:
+    # every boundary itself (where `right` matters), points between them, both ends, beyond them, and a NaN
+    points = torch.cat([torch.arange(0, 8) / 7, torch.rand(9), torch.tensor([-1.0, 2.0, float("nan")])])
+    return points.repeat(batch, 1)
+
+
+def _exported_buckets(right: bool, out_int32: bool):
+    return torch.export.export(
+        _Buckets(right, out_int32), (_coordinates(2),), dynamic_shapes=({0: torch.export.Dim("batch", max=8)},)
+    )
+
+
+@pytest.mark.parametrize("right", [True, False])
+@pytest.mark.parametrize("out_int32", [True, False])
+def test_a_bucketize_becomes_the_count_of_the_boundaries_it_passes(right: bool, out_int32: bool):
+    from exportsmith.verify.executorch_recipe import comparisons_for_bucketize
+
+    exported = _exported_buckets(right, out_int32)
+    assert comparisons_for_bucketize(exported) == 1
+    assert not any(node.target is torch.ops.aten.bucketize.Tensor for node in exported.graph.nodes)
+    for batch in (1, 3):
+        coordinates = _coordinates(batch)
+        expected = _Buckets(right, out_int32)(coordinates)
+        actual = exported.module()(coordinates)
+        assert actual.dtype == expected.dtype and torch.equal(actual, expected), (right, out_int32)
+
+
+@needs_executorch
+def test_a_bucketize_lowers_and_runs():
+    from exportsmith.verify.executorch_check import EtProgram
+
+    program = EtProgram(_exported_buckets(True, False))
+    for batch in (1, 3):
+        coordinates = _coordinates(batch)
+        assert torch.equal(program(coordinates), _Buckets(True, False)(coordinates))

@@ -11,11 +11,8 @@ forward):
    planned;
 2. lowers it as ExecuTorch's own recipe for CPU does, `to_edge_transform_and_lower(..., partitioner=
    [XnnpackPartitioner()])` then `to_executorch()`, with SDPA on its math kernel in both traces
-   (`onnx_check.one_sdpa_kernel`), and around four ExecuTorch 1.4.1 bugs, each named where it is worked around:
-   `torch.sym_max` / `torch.sym_min` let through the edge dialect's verifier (`edge_config`), list-returning ops as
-   the slices they are (`slices_for_list_outputs`: else `to_edge` fixes the batch), tensor checks dropped
-   (`without_tensor_checks`), and two kinds of node kept from XNNPACK (`xnnpack_partitioner`: a tanh GELU it would
-   compute as the erf one, an unsqueeze it cannot reshape);
+   (`onnx_check.one_sdpa_kernel`), and around ExecuTorch 1.4.1's bugs and gaps, each worked around by one function
+   of `executorch_recipe` (docs/INTEROP.md#executorch lists them);
 3. loads the program with the ExecuTorch Python runtime (`executorch.runtime.Runtime`) and runs `forward` at every
    case of the program (shapes other than the traced one: batch 1, 1-token steps on a 1-token cache, ...), and
    compares every output leaf (logits, cache tensors) with the ORIGINAL model's eager output at that case;
@@ -51,6 +48,7 @@ from exportsmith.verify.check import (
 from exportsmith.verify.errors import first_line
 from exportsmith.verify.executorch_recipe import (
     edge_config,
+    comparisons_for_bucketize,
     ints_as_lengths,
     prepare_for_xnnpack,
     slices_for_list_outputs,
@@ -174,6 +172,7 @@ class EtProgram:
         self.in_spec, self.out_spec = exported.call_spec.in_spec, exported.call_spec.out_spec
         self.inputs = [s.arg for s in signature.input_specs if s.kind == InputKind.USER_INPUT]
         slices_for_list_outputs(exported)
+        comparisons_for_bucketize(exported)
         without_tensor_checks(exported)
         zeros_for_dynamic_empty(exported)
         self.lengths = set(ints_as_lengths(exported))

@@ -5,7 +5,8 @@ that the lowered program runs at every shape of the exported one and computes wh
 Each function works around one ExecuTorch 1.4.1 behaviour (or sets the model up as transformers' own ExecuTorch
 exporter does), met on real model types and reduced in `tests/test_executorch.py`, where the stock path is shown
 failing. The graph rewrites keep the program's values: a split's outputs are the slices they are, an `empty` that the
-program fills is zeros, an int input is the size of an empty tensor, and only tensor checks (assertions) go.
+program fills is zeros, an int input is the size of an empty tensor, a `bucketize` the comparisons it counts, and
+only tensor checks (assertions) go.
 docs/INTEROP.md#executorch says what each fixes.
 """
 
@@ -24,11 +25,12 @@ def prepare_for_xnnpack(model: torch.nn.Module) -> None:
       bamba's and falcon_h1's Mamba mixers);
     - mixture-of-experts layers on transformers' `batched_mm` experts: the default, `grouped_mm`, counts tokens per
       expert with `torch.histc` and multiplies with `torch._grouped_mm`, neither of which the edge dialect or
-      ExecuTorch's kernels have.
+      ExecuTorch's kernels have. `set_experts_implementation` sets each sub-model's own (the language model of a
+      composite, kimi_k25's; its top-level class has no experts of its own) and leaves models without experts as
+      they are.
     The references stay the original model's, with its default experts."""
     model.requires_grad_(False)
-    can_set = getattr(model, "_can_set_experts_implementation", None)
-    if can_set is not None and can_set():
+    if hasattr(model, "set_experts_implementation"):  # a transformers PreTrainedModel
         model.set_experts_implementation("batched_mm")
 
 
@@ -202,6 +204,42 @@ def zeros_for_dynamic_empty(exported: torch.export.ExportedProgram) -> int:
         replaced += 1
     exported.graph_module.recompile()
     return replaced
+
+
+def comparisons_for_bucketize(exported: torch.export.ExportedProgram) -> int:
+    """Replace, in place, each `bucketize(x, boundaries)` by the count of the boundaries it passes, and return how
+    many went: `bucketize` is not a core ATen op, and ExecuTorch 1.4.1 has no kernel for it (Idefics2's and
+    Idefics3's vision embeddings bucket each patch's fractional coordinates). For sorted boundaries, the index
+    `bucketize` returns is the number of boundaries `b` with `not x < b` (`right=True`) or `not x <= b`: equal
+    integers, NaN included (it compares false, so it counts every boundary, as `bucketize` puts it last)."""
+    from torch._guards import detect_fake_mode
+
+    graph = exported.graph_module.graph
+    found = [n for n in graph.nodes if n.op == "call_function" and n.target is aten.bucketize.Tensor]
+    fake_mode = detect_fake_mode([node.meta.get("val") for node in graph.nodes if node.op == "placeholder"])
+
+    def call(target, *args, **kwargs):
+        node = graph.call_function(target, args, kwargs)
+        values = [arg.meta["val"] if isinstance(arg, torch.fx.Node) else arg for arg in args]
+        with fake_mode:
+            node.meta["val"] = target(*values, **kwargs)
+        return node
+
+    for node in found:
+        x, boundaries = node.args[:2]
+        out_int32 = node.kwargs.get("out_int32", node.args[2] if len(node.args) > 2 else False)
+        right = node.kwargs.get("right", node.args[3] if len(node.args) > 3 else False)
+        with graph.inserting_before(node):
+            below = call(
+                aten.le.Tensor if not right else aten.lt.Tensor, call(aten.unsqueeze.default, x, -1), boundaries
+            )
+            count = call(aten.sum.dim_IntList, call(aten.logical_not.default, below), [-1])
+            if out_int32:
+                count = call(aten._to_copy.default, count, dtype=torch.int32)
+        node.replace_all_uses_with(count)
+        graph.erase_node(node)
+    exported.graph_module.recompile()
+    return len(found)
 
 
 def ints_as_lengths(exported: torch.export.ExportedProgram) -> list[int]:
