@@ -482,3 +482,26 @@ def test_a_bucketize_lowers_and_runs():
     for batch in (1, 3):
         coordinates = _coordinates(batch)
         assert torch.equal(program(coordinates), _Buckets(True, False)(coordinates))
+
+
+class _EightDims(torch.nn.Module):
+    """inkling's vision patches: a patch grid permuted as an 8-d tensor."""
+
+    def forward(self, x):
+        return x.reshape(x.shape[0], 2, 1, 1, 4, 1, 4, 3).permute(0, 1, 2, 3, 5, 4, 6, 7).reshape(x.shape[0], -1) * 2
+
+
+@needs_executorch
+def test_a_tensor_of_more_dims_than_xnnpack_has_stays_out_of_the_delegate():
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.runtime import Runtime
+
+    from exportsmith.verify.executorch_check import EtProgram
+
+    x = torch.randn(2, 96)
+    stock = to_edge_transform_and_lower(torch.export.export(_EightDims(), (x,)), partitioner=[XnnpackPartitioner()])
+    buffer = stock.to_executorch().buffer
+    with pytest.raises(RuntimeError, match="Failed to load method"):  # XNNPACK cannot define an 8-d tensor
+        Runtime.get().load_program(buffer).load_method("forward")
+    torch.testing.assert_close(EtProgram(torch.export.export(_EightDims(), (x,)))(x), _EightDims()(x))

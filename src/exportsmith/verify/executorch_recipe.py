@@ -79,15 +79,14 @@ def slices_for_list_outputs(exported: torch.export.ExportedProgram) -> int:
         sizes = [output.shape[dim] if node.target is not aten.unbind.int else 1 for output in outputs]
         if not all(isinstance(size, int) for size in sizes):
             continue
-        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        bounds = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
         for user in list(node.users):
             index = user.args[1]
             with graph.inserting_before(user):
                 if node.target is aten.unbind.int:
                     view = graph.call_function(aten.select.int, (source, dim, index))
                 else:
-                    end = starts[index] + sizes[index]
-                    view = graph.call_function(aten.slice.Tensor, (source, dim, starts[index], end))
+                    view = graph.call_function(aten.slice.Tensor, (source, dim, bounds[index], bounds[index + 1]))
             view.meta.update(user.meta)
             user.replace_all_uses_with(view)
             graph.erase_node(user)
@@ -97,8 +96,11 @@ def slices_for_list_outputs(exported: torch.export.ExportedProgram) -> int:
     return removed
 
 
+XNNPACK_MAX_DIMS = 6  # XNNPACK's XNN_MAX_TENSOR_DIMS
+
+
 def xnnpack_partitioner():
-    """ExecuTorch's `XnnpackPartitioner`, except for two kinds of node its 1.4.1 configs take and XNNPACK then gets
+    """ExecuTorch's `XnnpackPartitioner`, except for these kinds of node its 1.4.1 configs take and XNNPACK then gets
     wrong; left out of the delegate, they run on ExecuTorch's portable kernels:
     - `gelu(x, approximate="tanh")`: XNNPACK's GELU is the erf one, and its lowering drops `approximate`, so the
       program silently computes another function (4.7e-4 apart at |x| ~ 2: every gemma's MLP, logits off by 2e-4);
@@ -110,7 +112,10 @@ def xnnpack_partitioner():
       (convbert's separable convolution);
     - a `max` over a dim given as negative, or without `keepdim`: XNNPACK's max-pool lowering of it takes the dim as
       written and only 2 or 3 with `keepdim`, but the config checks neither ("amax.default only supports dim == 2 or
-      dim == 3": gpt_oss's attention sinks, `max(dim=-1, keepdim=True)` of a 4-d tensor)."""
+      dim == 3": gpt_oss's attention sinks, `max(dim=-1, keepdim=True)` of a 4-d tensor);
+    - any node with a tensor of more than `XNNPACK_MAX_DIMS` dims, which XNNPACK cannot define (the method then fails
+      to load, "Failed to define tensor ... xnn_status_unsupported_parameter"), but no config checks: inkling's
+      vision patches, permuted as an 8-d tensor."""
     from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
     from executorch.backends.xnnpack.partition.config.gemm_configs import ConvolutionConfig
     from executorch.backends.xnnpack.partition.config.node_configs import MaxDimConfig
@@ -140,13 +145,22 @@ def xnnpack_partitioner():
             keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
             return dim in (2, 3) and keepdim and super().check_constraints(node, ep)
 
+    def within_xnnpack_dims(config: type) -> type:
+        def check_constraints(self, node: torch.fx.Node, ep: torch.export.ExportedProgram) -> bool:
+            values = [node.meta.get("val"), *(arg.meta.get("val") for arg in node.all_input_nodes)]
+            ranks = [value.dim() for value in values if isinstance(value, torch.Tensor)]
+            return max(ranks, default=0) <= XNNPACK_MAX_DIMS and config.check_constraints(self, node, ep)
+
+        return type(config.__name__, (config,), {"check_constraints": check_constraints})
+
     replaced = {
         MaxDimConfig: MaxOverDim2Or3,
         GeluConfig: ErfGelu,
         UnsqueezeCopyConfig: UnsqueezeOneDynamicDim,
         ConvolutionConfig: ConvolutionOneDynamicDimIn1d,
     }
-    return XnnpackPartitioner(configs=[replaced.get(config, config) for config in ALL_PARTITIONER_CONFIGS])
+    configs = [within_xnnpack_dims(replaced.get(config, config)) for config in ALL_PARTITIONER_CONFIGS]
+    return XnnpackPartitioner(configs=configs)
 
 
 def without_tensor_checks(exported: torch.export.ExportedProgram) -> int:
