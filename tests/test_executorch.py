@@ -505,3 +505,29 @@ def test_a_tensor_of_more_dims_than_xnnpack_has_stays_out_of_the_delegate():
     with pytest.raises(RuntimeError, match="Failed to load method"):  # XNNPACK cannot define an 8-d tensor
         Runtime.get().load_program(buffer).load_method("forward")
     torch.testing.assert_close(EtProgram(torch.export.export(_EightDims(), (x,)))(x), _EightDims()(x))
+
+
+def test_a_dynamic_dim_is_bounded_by_the_largest_size_the_cases_give_it(monkeypatch):
+    """neomme's and inkling's `pixel_values` of 3 images have 192 patches: bounded by BOUND (128), that case failed
+    at `set_inputs` (0x10). A dim no case takes above BOUND keeps BOUND, and a cache's dims too."""
+    from types import SimpleNamespace
+
+    from exportsmith.verify import executorch_check
+
+    dynamic = torch.export.Dim.DYNAMIC
+    shapes = {
+        "pixel_values": {0: dynamic},
+        "input_ids": {0: torch.export.Dim("batch", max=32), 1: dynamic},
+        "cache": [{0: dynamic}],
+    }
+    monkeypatch.setattr(executorch_check, "varying_dims", lambda program, style: shapes)
+    sizes = [(128, 72), (64, 69), (192, 75)]
+    cases = [
+        SimpleNamespace(inputs=lambda p=p, t=t: {"pixel_values": torch.zeros(p, 48), "input_ids": torch.zeros(1, t)})
+        for p, t in sizes
+    ]
+    bounded = executorch_check.bounded_dims(SimpleNamespace(cases=cases))
+    assert bounded["pixel_values"][0] == dynamic(max=192)
+    assert bounded["input_ids"][1] == dynamic(max=executorch_check.BOUND)
+    assert bounded["input_ids"][0] is shapes["input_ids"][0]
+    assert bounded["cache"] == [{0: dynamic(max=executorch_check.BOUND)}]

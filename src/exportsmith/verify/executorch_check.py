@@ -138,19 +138,32 @@ def verify_executorch(model_type: str, package: str = "generated") -> Executorch
 
 
 def bounded_dims(program: Program) -> dict:
-    """`verify`'s named dims for `program`, each `Dim.DYNAMIC` given the maximum `BOUND` (ExecuTorch needs one)."""
+    """`verify`'s named dims for `program`, each `Dim.DYNAMIC` given a maximum (ExecuTorch needs one): `BOUND`, or the
+    largest size the program's cases give that dim of a top-level input, when larger (neomme's and inkling's
+    `pixel_values` of 3 images: 192 patches; a bound below it fails the case at `set_inputs`, error 0x10)."""
     dynamic = torch.export.Dim.DYNAMIC
+    cases = [case.inputs() for case in program.cases]
 
     def tensor_dims(spec) -> bool:  # a tensor's {dim: Dim} (the other leaves: None, Dim.AUTO for ints)
         return isinstance(spec, dict) and all(isinstance(dim, int) for dim in spec)
 
-    def bound(spec):
+    def largest(name: str, dim: int) -> int:
+        sizes = [inputs[name].shape[dim] for inputs in cases if isinstance(inputs.get(name), torch.Tensor)]
+        return max([BOUND, *sizes])
+
+    def bound(spec, name: str | None = None):
         if tensor_dims(spec):
-            return {dim: dynamic(max=BOUND) if value is dynamic else value for dim, value in spec.items()}
+            return {
+                dim: dynamic(max=largest(name, dim) if name else BOUND) if value is dynamic else value
+                for dim, value in spec.items()
+            }
         return spec
 
     shapes = varying_dims(program, "named")
-    return {name: pytree.tree_map(bound, value, is_leaf=tensor_dims) for name, value in shapes.items()}
+    return {
+        name: bound(value, name) if tensor_dims(value) else pytree.tree_map(bound, value, is_leaf=tensor_dims)
+        for name, value in shapes.items()
+    }
 
 
 class EtProgram:
