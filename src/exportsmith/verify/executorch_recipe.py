@@ -220,17 +220,22 @@ def zeros_for_dynamic_empty(exported: torch.export.ExportedProgram) -> int:
     return replaced
 
 
+def _fake_mode(graph: torch.fx.Graph):
+    """The fake mode of the program's input values, to give new nodes theirs."""
+    from torch._guards import detect_fake_mode
+
+    return detect_fake_mode([node.meta.get("val") for node in graph.nodes if node.op == "placeholder"])
+
+
 def comparisons_for_bucketize(exported: torch.export.ExportedProgram) -> int:
     """Replace, in place, each `bucketize(x, boundaries)` by the count of the boundaries it passes, and return how
     many went: `bucketize` is not a core ATen op, and ExecuTorch 1.4.1 has no kernel for it (Idefics2's and
     Idefics3's vision embeddings bucket each patch's fractional coordinates). For sorted boundaries, the index
     `bucketize` returns is the number of boundaries `b` with `not x < b` (`right=True`) or `not x <= b`: equal
     integers, NaN included (it compares false, so it counts every boundary, as `bucketize` puts it last)."""
-    from torch._guards import detect_fake_mode
-
     graph = exported.graph_module.graph
     found = [n for n in graph.nodes if n.op == "call_function" and n.target is aten.bucketize.Tensor]
-    fake_mode = detect_fake_mode([node.meta.get("val") for node in graph.nodes if node.op == "placeholder"])
+    fake_mode = _fake_mode(graph)
 
     def call(target, *args, **kwargs):
         node = graph.call_function(target, args, kwargs)
@@ -263,11 +268,9 @@ def ints_as_lengths(exported: torch.export.ExportedProgram) -> list[int]:
     but was Int"), but a tensor's dynamic size is what it is made for. The program reads the int as that size
     (`sym_size`): the same symbol, so the same graph and ranges. A sliding-window cache layer's `cumulative_length`
     (mistral, gemma2, gemma3, ...) is such an input: the decode program serves every cache length with it."""
-    from torch._guards import detect_fake_mode
-
     graph = exported.graph_module.graph
     placeholders = {node.name: node for node in graph.nodes if node.op == "placeholder"}
-    fake_mode = detect_fake_mode([node.meta.get("val") for node in placeholders.values()])
+    fake_mode = _fake_mode(graph)
     user_inputs = [
         i for i, spec in enumerate(exported.graph_signature.input_specs) if spec.kind == InputKind.USER_INPUT
     ]
