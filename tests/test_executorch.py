@@ -531,3 +531,31 @@ def test_a_dynamic_dim_is_bounded_by_the_largest_size_the_cases_give_it(monkeypa
     assert bounded["input_ids"][1] == dynamic(max=executorch_check.BOUND)
     assert bounded["input_ids"][0] is shapes["input_ids"][0]
     assert bounded["cache"] == [{0: dynamic(max=executorch_check.BOUND)}]
+
+
+class _PermutedReadTwice(torch.nn.Module):
+    """pe_audio's patch embedding: a permuted tensor read outside the delegate, and through a clone."""
+
+    def forward(self, x):
+        permuted = (x * 2).permute(0, 2, 1)
+        return torch.cumsum(permuted, 1), torch.cumsum(permuted.clone(), 2)
+
+
+@needs_executorch
+def test_a_clone_of_an_output_of_the_delegate_stays_out_of_it():
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    from exportsmith.verify.executorch_check import EtProgram
+
+    x = torch.randn(2, 3, 4)
+    with pytest.raises(RuntimeError, match="already in the inputs"):  # XNNPACK removes the clone: one output twice
+        to_edge_transform_and_lower(
+            torch.export.export(_PermutedReadTwice(), (x,)), partitioner=[XnnpackPartitioner()]
+        )
+    batch = {0: torch.export.Dim("batch", max=8)}
+    program = EtProgram(torch.export.export(_PermutedReadTwice(), (x,), dynamic_shapes=(batch,)))
+    for batch in (1, 3):
+        x = torch.randn(batch, 3, 4)
+        for got, expected in zip(program(x), _PermutedReadTwice()(x), strict=True):
+            torch.testing.assert_close(got, expected)

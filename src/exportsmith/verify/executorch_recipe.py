@@ -115,7 +115,9 @@ def xnnpack_partitioner():
       dim == 3": gpt_oss's attention sinks, `max(dim=-1, keepdim=True)` of a 4-d tensor);
     - any node with a tensor of more than `XNNPACK_MAX_DIMS` dims, which XNNPACK cannot define (the method then fails
       to load, "Failed to define tensor ... xnn_status_unsupported_parameter"), but no config checks: inkling's
-      vision patches, permuted as an 8-d tensor."""
+      vision patches, permuted as an 8-d tensor.
+
+    And a partition's clone whose input is one of its outputs too (`output_clones_of_outputs`) is left out of it."""
     from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
     from executorch.backends.xnnpack.partition.config.gemm_configs import ConvolutionConfig
     from executorch.backends.xnnpack.partition.config.node_configs import MaxDimConfig
@@ -160,7 +162,40 @@ def xnnpack_partitioner():
         ConvolutionConfig: ConvolutionOneDynamicDimIn1d,
     }
     configs = [within_xnnpack_dims(replaced.get(config, config)) for config in ALL_PARTITIONER_CONFIGS]
-    return XnnpackPartitioner(configs=configs)
+
+    class OutputClonesOutside(XnnpackPartitioner):
+        def generate_partitions(self, ep: torch.export.ExportedProgram) -> list:
+            partitions = super().generate_partitions(ep)
+            for partition in partitions:
+                for node in output_clones_of_outputs(set(partition.nodes)):
+                    partition.remove_node(node)
+            return [partition for partition in partitions if any(node.op != "placeholder" for node in partition.nodes)]
+
+    return OutputClonesOutside(configs=configs)
+
+
+def output_clones_of_outputs(nodes: set[torch.fx.Node]) -> list[torch.fx.Node]:
+    """The clones among the outputs of the partition of `nodes` whose input is an output too, or the input of another
+    such clone. XNNPACK removes every clone it is given (its configs take only those that keep the dim order), and the
+    partition's outputs then name the same value twice: lowering fails ("Output node ... is already in the inputs":
+    pe_audio's patch embedding, a permute read outside and through a clone)."""
+    from executorch.exir.dialects._ops import ops
+
+    clone_ops = (ops.edge.aten.clone.default, ops.edge.dim_order_ops._clone_dim_order.default)
+    outputs = [node for node in nodes if set(node.users) - nodes]
+    clones = [node for node in outputs if node.target in clone_ops]
+    roots: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+    for clone in clones:
+        root = clone.args[0]
+        while root in nodes and root.target in clone_ops:
+            root = root.args[0]
+        roots.setdefault(root, []).append(clone)
+    return [
+        clone
+        for root, of_root in roots.items()
+        for clone in of_root
+        if len(of_root) > 1 or (root in nodes and root in outputs)
+    ]
 
 
 def without_tensor_checks(exported: torch.export.ExportedProgram) -> int:
