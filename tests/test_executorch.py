@@ -559,3 +559,59 @@ def test_a_clone_of_an_output_of_the_delegate_stays_out_of_it():
         x = torch.randn(batch, 3, 4)
         for got, expected in zip(program(x), _PermutedReadTwice()(x), strict=True):
             torch.testing.assert_close(got, expected)
+
+
+class _Indices(torch.nn.Module):
+    """The indices of a mask, as `nonzero` gives them and as `where` does (oneformer's `attention_mask[torch.where(
+    ...)] = False`), over a 3-d input."""
+
+    def forward(self, x):
+        mask = x.reshape(x.shape[0], 2, -1) > 0
+        rows = mask.clone()
+        rows[torch.where(mask.sum(-1) == mask.shape[-1])] = False
+        return torch.nonzero(mask), rows, torch.nonzero(x[:, 0] > 0)
+
+
+def _exported_indices():
+    batch = {0: torch.export.Dim("batch", max=8)}
+    return torch.export.export(_Indices(), (torch.randn(5, 6),), dynamic_shapes=(batch,))
+
+
+def _masks():  # none set, all set, whole rows set, random
+    yield torch.full((3, 6), -1.0)
+    yield torch.ones(1, 6)
+    yield torch.tensor([[1.0, 1, 1, -1, 1, -1], [-1, 1, 1, 1, 1, 1]])
+    generator = torch.Generator().manual_seed(0)
+    for batch in (1, 2, 5, 8):
+        yield torch.randn(batch, 6, generator=generator)
+
+
+def test_the_indices_of_a_mask_become_coordinates_of_its_flat_indices():
+    from exportsmith.verify.executorch_recipe import coordinates_of_flat_nonzero
+
+    exported = _exported_indices()
+    assert coordinates_of_flat_nonzero(exported) == 3
+    nonzero = [n for n in exported.graph.nodes if n.target is torch.ops.aten.nonzero.default]
+    assert [n.meta["val"].shape[1] for n in nonzero] == [1, 1, 1]  # each of a flat input
+    program = exported.module()
+    for x in _masks():
+        for got, expected in zip(program(x), _Indices()(x), strict=True):
+            assert torch.equal(got, expected) and got.is_contiguous()
+
+
+@needs_executorch
+def test_the_indices_of_a_mask_come_out_of_executorch_in_their_order():
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.runtime import Runtime
+
+    from exportsmith.verify.executorch_check import EtProgram
+
+    x = torch.tensor([[1.0, -1, 1, 1, -1, 1]])
+    stock = to_edge_transform_and_lower(torch.export.export(_Indices(), (x,))).to_executorch()
+    method = Runtime.get().load_program(stock.buffer).load_method("forward")
+    with pytest.raises(RuntimeError, match="0x12"):  # its `where` columns: slices of another dim order
+        method.execute([x])
+    program = EtProgram(_exported_indices())
+    for x in _masks():
+        for got, expected in zip(program(x), _Indices()(x), strict=True):
+            assert torch.equal(got, expected)

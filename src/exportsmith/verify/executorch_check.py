@@ -49,6 +49,7 @@ from exportsmith.verify.errors import first_line
 from exportsmith.verify.executorch_recipe import (
     edge_config,
     comparisons_for_bucketize,
+    coordinates_of_flat_nonzero,
     ints_as_lengths,
     prepare_for_xnnpack,
     slices_for_list_outputs,
@@ -186,6 +187,7 @@ class EtProgram:
         self.inputs = [s.arg for s in signature.input_specs if s.kind == InputKind.USER_INPUT]
         slices_for_list_outputs(exported)
         comparisons_for_bucketize(exported)
+        coordinates_of_flat_nonzero(exported)
         without_tensor_checks(exported)
         zeros_for_dynamic_empty(exported)
         self.lengths = set(ints_as_lengths(exported))

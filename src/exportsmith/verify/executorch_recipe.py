@@ -262,6 +262,21 @@ def _fake_mode(graph: torch.fx.Graph):
     return detect_fake_mode([node.meta.get("val") for node in graph.nodes if node.op == "placeholder"])
 
 
+def _caller(graph: torch.fx.Graph):
+    """A function that adds a call node to `graph` at its insertion point, with the value the call gives in the
+    program's fake mode (arguments are nodes, or constants)."""
+    fake_mode = _fake_mode(graph)
+
+    def call(target, *args, **kwargs):
+        node = graph.call_function(target, args, kwargs)
+        values = torch.fx.node.map_arg(args, lambda arg: arg.meta["val"])
+        with fake_mode:
+            node.meta["val"] = target(*values, **kwargs)
+        return node
+
+    return call
+
+
 def comparisons_for_bucketize(exported: torch.export.ExportedProgram) -> int:
     """Replace, in place, each `bucketize(x, boundaries)` by the count of the boundaries it passes, and return how
     many went: `bucketize` is not a core ATen op, and ExecuTorch 1.4.1 has no kernel for it (Idefics2's and
@@ -270,15 +285,7 @@ def comparisons_for_bucketize(exported: torch.export.ExportedProgram) -> int:
     integers, NaN included (it compares false, so it counts every boundary, as `bucketize` puts it last)."""
     graph = exported.graph_module.graph
     found = [n for n in graph.nodes if n.op == "call_function" and n.target is aten.bucketize.Tensor]
-    fake_mode = _fake_mode(graph)
-
-    def call(target, *args, **kwargs):
-        node = graph.call_function(target, args, kwargs)
-        values = [arg.meta["val"] if isinstance(arg, torch.fx.Node) else arg for arg in args]
-        with fake_mode:
-            node.meta["val"] = target(*values, **kwargs)
-        return node
-
+    call = _caller(graph)
     for node in found:
         x, boundaries = node.args[:2]
         out_int32 = node.kwargs.get("out_int32", node.args[2] if len(node.args) > 2 else False)
@@ -294,6 +301,72 @@ def comparisons_for_bucketize(exported: torch.export.ExportedProgram) -> int:
         graph.erase_node(node)
     exported.graph_module.recompile()
     return len(found)
+
+
+def coordinates_of_flat_nonzero(exported: torch.export.ExportedProgram) -> int:
+    """Replace, in place, each `nonzero(x)` (and `where(x)`, its tuple of columns) by the coordinates of the flat
+    indices `nonzero(x.reshape(-1))` gives, and return how many. torch's `nonzero` result is column-major (strides
+    `(1, n)`), and ExecuTorch 1.4.1 plans its output so, but its kernel writes it row-major: the program returns the
+    indices transposed, silently, or an op that reads them fails at run time on their dim order (0x12: oneformer's
+    `attention_mask[torch.where(...)] = False`). The flat indices are a single column, where both orders are one; each
+    coordinate is the index divided by the product of the sizes after its dim, modulo its size: the same integers, in
+    the same (row-major) order."""
+    graph = exported.graph_module.graph
+    found = [
+        n
+        for n in graph.nodes
+        if n.op == "call_function"
+        and (n.target is aten.nonzero.default or n.target is aten.where.default and len(n.args) == 1)
+        and n.args[0].meta["val"].dim()
+    ]
+    call = _caller(graph)
+    for node in found:
+        x, fake_mode, columns = node.args[0], _fake_mode(graph), node.target is aten.where.default
+        if columns:  # the node becomes the flat `nonzero`, with the binding of its size
+            count = node.meta["val"][0].shape[0]
+            bindings = node.meta.get("unbacked_bindings", {})
+            node.meta["unbacked_bindings"] = {symbol: path[1:] for symbol, path in bindings.items()}
+            node.target = aten.nonzero.default
+        else:
+            count = node.meta["val"].shape[0]
+        with graph.inserting_before(node):
+            sizes = [
+                call(aten.sym_size.int, x, dim) if isinstance(size, torch.SymInt) else size
+                for dim, size in enumerate(x.meta["val"].shape)
+            ]
+            strides = [1]  # of x's dims, the last one's first
+            for size in reversed(sizes[1:]):
+                symbolic = _is_node(strides[-1]) or _is_node(size)
+                strides.append(call(operator.mul, strides[-1], size) if symbolic else strides[-1] * size)
+            strides.reverse()
+            node.args = (call(aten.reshape.default, x, [-1]),)
+        with fake_mode:
+            node.meta["val"] = torch.empty_strided((count, 1), (1, count), dtype=torch.long)
+        getitems = list(node.users)
+        with graph.inserting_before(node.next):
+            flat = call(aten.view.default, node, [-1])
+            if columns:  # each a 1-d tensor
+                for getitem in getitems:
+                    dim = getitem.args[1]
+                    coordinate = call(aten.div.Scalar_mode, flat, strides[dim], rounding_mode="floor")
+                    getitem.replace_all_uses_with(call(aten.remainder.Scalar, coordinate, sizes[dim]))
+                    graph.erase_node(getitem)
+            else:  # one `[n, dims]` tensor, by broadcasting (ExecuTorch's `cat` of empty columns loses their count)
+                divisors, moduli = (
+                    call(aten.stack.default, [call(aten.scalar_tensor.default, v, dtype=torch.long) for v in values])
+                    for values in (strides, sizes)
+                )
+                column = call(aten.unsqueeze.default, flat, 1)
+                coordinates = call(
+                    aten.remainder.Tensor, call(aten.div.Tensor_mode, column, divisors, rounding_mode="floor"), moduli
+                )
+                node.replace_all_uses_with(coordinates, lambda user: user is not flat)
+    exported.graph_module.recompile()
+    return len(found)
+
+
+def _is_node(value) -> bool:
+    return isinstance(value, torch.fx.Node)
 
 
 def ints_as_lengths(exported: torch.export.ExportedProgram) -> list[int]:
