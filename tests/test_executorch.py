@@ -615,3 +615,53 @@ def test_the_indices_of_a_mask_come_out_of_executorch_in_their_order():
     for x in _masks():
         for got, expected in zip(program(x), _Indices()(x), strict=True):
             assert torch.equal(got, expected)
+
+
+# kernel (frames, h, w), stride, groups, spatial padding, bias: tubelet embeddings (kernel = stride) and overlapping ones
+_CONV3D = [((2, 4, 4), (2, 4, 4), 1, 0, True), ((3, 3, 3), (1, 2, 2), 2, 1, False), ((1, 3, 3), (1, 1, 1), 4, 1, True)]
+
+
+def _exported_conv3d(kernel, stride, groups, padding, bias, temporal_padding=0):
+    torch.manual_seed(0)
+    conv = torch.nn.Conv3d(4, 8, kernel, stride, (temporal_padding, padding, padding), groups=groups, bias=bias)
+    batch = {0: torch.export.Dim("batch", max=8)}
+    return conv, torch.export.export(conv, (torch.randn(2, 4, 6, 12, 12),), dynamic_shapes=(batch,))
+
+
+@pytest.mark.parametrize(("kernel", "stride", "groups", "padding", "bias"), _CONV3D)
+def test_a_3d_convolution_becomes_a_sum_of_2d_ones_over_its_frames(kernel, stride, groups, padding, bias):
+    from exportsmith.verify.executorch_recipe import conv2d_for_conv3d
+
+    conv, exported = _exported_conv3d(kernel, stride, groups, padding, bias)
+    assert conv2d_for_conv3d(exported) == 1
+    program = exported.module()
+    for batch in (1, 3):
+        x = torch.randn(batch, 4, 6, 12, 12)
+        torch.testing.assert_close(program(x), conv(x), rtol=1e-5, atol=1e-5)  # the same products, another order
+
+
+def test_a_3d_convolution_padded_in_time_is_left_as_it_is():
+    from exportsmith.verify.executorch_recipe import conv2d_for_conv3d
+
+    _, exported = _exported_conv3d((3, 3, 3), (1, 1, 1), 1, 1, True, temporal_padding=1)
+    assert conv2d_for_conv3d(exported) == 0
+
+
+@needs_executorch
+def test_a_tubelet_embedding_runs_in_executorch():
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.runtime import Runtime
+
+    from exportsmith.verify.executorch_check import EtProgram
+
+    conv, exported = _exported_conv3d(*_CONV3D[0])
+    x = torch.randn(2, 4, 6, 12, 12)
+    stock = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()]).to_executorch()
+    method = Runtime.get().load_program(stock.buffer).load_method("forward")
+    with pytest.raises(RuntimeError, match="0x12"):  # a 5-d input to the portable convolution
+        method.execute([x])
+    program = EtProgram(_exported_conv3d(*_CONV3D[0])[1])
+    for batch in (1, 3):
+        x = torch.randn(batch, 4, 6, 12, 12)
+        torch.testing.assert_close(program(x), conv(x), rtol=1e-5, atol=1e-5)

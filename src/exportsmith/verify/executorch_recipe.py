@@ -303,6 +303,66 @@ def comparisons_for_bucketize(exported: torch.export.ExportedProgram) -> int:
     return len(found)
 
 
+def conv2d_for_conv3d(exported: torch.export.ExportedProgram) -> int:
+    """Replace, in place, each 3-d convolution without temporal padding or dilation by the sum of the 2-d
+    convolutions of each temporal tap of its kernel over the frames that tap reads, the output frames in the batch,
+    and return how many. ExecuTorch 1.4.1's portable convolution takes 3-d or 4-d inputs only and XNNPACK takes no
+    3-d convolution: the method fails at run time (0x12, "Expect input tensor to be 3-D or 4-D, but got, 5": the
+    tubelet embeddings of videomae, vivit, videoprism). The same products, summed in another order."""
+    from torch.fx.operator_schemas import normalize_function
+
+    graph = exported.graph_module.graph
+    found = [
+        node
+        for node in graph.nodes
+        if node.op == "call_function"
+        and (
+            node.target is aten.conv3d.default
+            or node.target is aten.convolution.default
+            and not node.args[6]
+            and node.args[1].meta["val"].dim() == 5
+        )
+    ]
+    call = _caller(graph)
+    converted = 0
+    for node in found:
+        args = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True).kwargs
+        x, weight, bias, groups = args["input"], args["weight"], args.get("bias"), args.get("groups", 1)
+        # one value stands for the three dims
+        stride, padding, dilation = (
+            [*value] * 3 if len(value) == 1 else [*value]
+            for value in (args.get("stride", [1]), args.get("padding", [0]), args.get("dilation", [1]))
+        )
+        if padding[0] or dilation[0] != 1:
+            continue
+        taps = weight.meta["val"].shape[2]
+        with graph.inserting_before(node):
+            frames = x.meta["val"].shape[2]  # the output's: (frames - taps) // stride + 1
+            if isinstance(frames, torch.SymInt):
+                length = call(operator.sub, call(aten.sym_size.int, x, 2), taps)
+                frames = call(operator.add, call(operator.floordiv, length, stride[0]), 1)
+            else:
+                frames = (frames - taps) // stride[0] + 1
+            total = None
+            for tap in range(taps):
+                span = call(operator.mul, call(operator.sub, frames, 1), stride[0]) if _is_node(frames) else None
+                end = call(operator.add, span, tap + 1) if span is not None else tap + stride[0] * (frames - 1) + 1
+                read = call(aten.slice.Tensor, x, 2, tap, end, stride[0])  # [batch, channels, frames, h, w]
+                read = call(aten.flatten.using_ints, call(aten.permute.default, read, [0, 2, 1, 3, 4]), 0, 1)
+                kernel = call(aten.select.int, weight, 2, tap)
+                tapped = call(aten.conv2d.default, read, kernel, None, stride[1:], padding[1:], dilation[1:], groups)
+                total = tapped if total is None else call(aten.add.Tensor, total, tapped)
+            if bias is not None:
+                total = call(aten.add.Tensor, total, call(aten.view.default, bias, [-1, 1, 1]))
+            total = call(aten.unflatten.int, total, 0, [-1, frames])  # [batch, frames, out channels, h, w]
+            total = call(aten.permute.default, total, [0, 2, 1, 3, 4])
+        node.replace_all_uses_with(total)
+        graph.erase_node(node)
+        converted += 1
+    exported.graph_module.recompile()
+    return converted
+
+
 def coordinates_of_flat_nonzero(exported: torch.export.ExportedProgram) -> int:
     """Replace, in place, each `nonzero(x)` (and `where(x)`, its tuple of columns) by the coordinates of the flat
     indices `nonzero(x.reshape(-1))` gives, and return how many. torch's `nonzero` result is column-major (strides
