@@ -665,3 +665,83 @@ def test_a_tubelet_embedding_runs_in_executorch():
     for batch in (1, 3):
         x = torch.randn(batch, 4, 6, 12, 12)
         torch.testing.assert_close(program(x), conv(x), rtol=1e-5, atol=1e-5)
+
+
+class _Sorts(torch.nn.Module):
+    """sam_hq's IoU ranking (`sort(descending=True)`), vit_mae's `argsort`, and a stable sort along another dim."""
+
+    def forward(self, x):
+        values, indices = torch.sort(x, dim=2, descending=True)
+        stable = torch.sort(x, dim=1, stable=True, descending=True)
+        return values, indices, torch.argsort(x, dim=-1), stable.values, stable.indices
+
+
+def _exported_sorts():
+    batch = {0: torch.export.Dim("batch", max=8)}
+    return torch.export.export(_Sorts(), (torch.randn(3, 4, 6),), dynamic_shapes=(batch,))
+
+
+def _sortable(kind: str, batch: int, generator: torch.Generator) -> torch.Tensor:
+    x = torch.randn(batch, 4, 6, generator=generator)
+    if kind == "ties":  # -0.0 and 0.0 among them
+        x = torch.randint(-1, 2, (batch, 4, 6), generator=generator).float() * torch.tensor([1.0, -1, 1, -1, 1, -1])
+    elif kind == "nan":
+        x[0, 1, 1], x[-1, 0, 3], x[0, 1, 2], x[-1, 2, 3] = float("nan"), float("nan"), float("inf"), float("nan")
+    return x
+
+
+def _assert_same_sorts(got, expected, ties: bool):
+    values, indices, argsorted, stable_values, stable_indices = got
+    torch.testing.assert_close(values, expected[0], equal_nan=True, rtol=0, atol=0)
+    torch.testing.assert_close(stable_values, expected[3], equal_nan=True, rtol=0, atol=0)
+    assert torch.equal(stable_indices, expected[4])  # the stable order is one order
+    if not ties:  # where two elements are equal, torch leaves their order unspecified
+        assert torch.equal(indices, expected[1]) and torch.equal(argsorted, expected[2])
+
+
+def test_a_sort_becomes_the_ranks_of_pairwise_comparisons():
+    from exportsmith.verify.executorch_recipe import comparisons_for_sort
+
+    exported = _exported_sorts()
+    assert comparisons_for_sort(exported) == 3
+    assert not [n for n in exported.graph.nodes if "sort" in str(n.target)]
+    program, generator = exported.module(), torch.Generator().manual_seed(0)
+    for kind in ("distinct", "ties", "nan"):
+        for batch in (1, 2, 5, 8):
+            x = _sortable(kind, batch, generator)
+            got = program(x)
+            _assert_same_sorts(got, _Sorts()(x), ties=kind == "ties")
+            # an unstable sort's indices are still an order of the values
+            assert torch.equal(torch.gather(x, 2, got[1]).nan_to_num(), got[0].nan_to_num())
+
+
+class _SortsTheBatch(torch.nn.Module):
+    def forward(self, x):
+        return torch.sort(x, dim=0).values, torch.sort(x, dim=1).values
+
+
+def test_a_sort_along_a_long_or_dynamic_dim_is_left_as_it_is():
+    from exportsmith.verify.executorch_recipe import SORT_LIMIT, comparisons_for_sort
+
+    batch = {0: torch.export.Dim("batch", max=8)}
+    along_batch = torch.export.export(_SortsTheBatch(), (torch.randn(3, 6),), dynamic_shapes=(batch,))
+    long = torch.export.export(_SortsTheBatch(), (torch.randn(3, SORT_LIMIT + 1),))
+    assert comparisons_for_sort(along_batch) == 1  # the batch's sort stays (its length is dynamic)
+    assert comparisons_for_sort(long) == 1  # the sort along the 3 rows goes, the one along SORT_LIMIT + 1 stays
+
+
+@needs_executorch
+def test_a_sort_runs_in_executorch():
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.runtime import Runtime
+
+    from exportsmith.verify.executorch_check import EtProgram
+
+    stock = to_edge_transform_and_lower(torch.export.export(_SortsTheBatch(), (torch.randn(3, 6),))).to_executorch()
+    with pytest.raises(RuntimeError, match="error: 0x:14"):  # no `sort` kernel (and `sort.stable` is not even core ATen)
+        Runtime.get().load_program(stock.buffer).load_method("forward")
+    program, generator = EtProgram(_exported_sorts()), torch.Generator().manual_seed(0)
+    for kind in ("distinct", "ties", "nan"):
+        for batch in (1, 5):
+            x = _sortable(kind, batch, generator)
+            _assert_same_sorts(program(x), _Sorts()(x), ties=kind == "ties")

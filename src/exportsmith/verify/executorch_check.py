@@ -49,6 +49,7 @@ from exportsmith.verify.errors import first_line
 from exportsmith.verify.executorch_recipe import (
     edge_config,
     comparisons_for_bucketize,
+    comparisons_for_sort,
     conv2d_for_conv3d,
     coordinates_of_flat_nonzero,
     ints_as_lengths,
@@ -190,6 +191,7 @@ class EtProgram:
         comparisons_for_bucketize(exported)
         coordinates_of_flat_nonzero(exported)
         conv2d_for_conv3d(exported)
+        comparisons_for_sort(exported)
         without_tensor_checks(exported)
         zeros_for_dynamic_empty(exported)
         self.lengths = set(ints_as_lengths(exported))

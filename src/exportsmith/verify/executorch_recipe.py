@@ -363,6 +363,67 @@ def conv2d_for_conv3d(exported: torch.export.ExportedProgram) -> int:
     return converted
 
 
+SORT_LIMIT = 1024  # the longest static dim `comparisons_for_sort` sorts: it compares every pair of its elements
+
+
+def comparisons_for_sort(exported: torch.export.ExportedProgram) -> int:
+    """Replace, in place, each `sort` / `argsort` along a static dim of at most `SORT_LIMIT` elements by the ranks its
+    pairwise comparisons give, and return how many. ExecuTorch 1.4.1 has no `sort` kernel (sam_hq's IoU ranking,
+    vit_mae's and pp_doclayout_v2's `argsort`: "Missing operator: aten::sort.values", 0x14 at load). An element's rank
+    is the count of those that sort before it: smaller (larger with `descending`; NaN counting as the largest, as
+    `sort` places it), or equal and earlier. That is the stable order, which `sort(stable=True)` promises; without it
+    torch leaves the order of equal elements unspecified (its CPU kernel does not keep it stable): the values are
+    the same, and so are the indices where no two elements are equal."""
+    from torch.fx.operator_schemas import normalize_function
+
+    graph = exported.graph_module.graph
+    sorts = (aten.sort.default, aten.sort.stable, aten.argsort.default, aten.argsort.stable)
+    call, replaced = _caller(graph), 0
+    for node in [n for n in graph.nodes if n.op == "call_function" and n.target in sorts]:
+        args = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True).kwargs
+        x, descending = args["input"], args.get("descending", False)
+        value = x.meta["val"]
+        dim = args.get("dim", -1) % max(value.dim(), 1)
+        length = value.shape[dim] if value.dim() else 1
+        if not isinstance(length, int) or length > SORT_LIMIT or value.dim() == 0:
+            continue
+        with graph.inserting_before(node):
+            last = call(aten.movedim.int, x, dim, -1)
+            mine, theirs = call(aten.unsqueeze.default, last, -1), call(aten.unsqueeze.default, last, -2)
+            # before[..., i, j]: element j sorts before element i
+            before = call(aten.gt.Tensor if descending else aten.lt.Tensor, theirs, mine)
+            equal = call(aten.eq.Tensor, theirs, mine)
+            if value.is_floating_point():
+                nan_mine, nan_theirs = (call(aten.isnan.default, t) for t in (mine, theirs))
+                larger = (nan_theirs, nan_mine) if descending else (nan_mine, nan_theirs)
+                nan_first = call(aten.logical_and.default, larger[0], call(aten.logical_not.default, larger[1]))
+                before = call(aten.logical_or.default, before, nan_first)
+                equal = call(aten.logical_or.default, equal, call(aten.logical_and.default, nan_mine, nan_theirs))
+            positions = call(aten.arange.default, length, dtype=torch.long, device=value.device)
+            earlier = call(
+                aten.lt.Tensor, call(aten.unsqueeze.default, positions, 0), call(aten.unsqueeze.default, positions, 1)
+            )
+            before = call(aten.logical_or.default, before, call(aten.logical_and.default, equal, earlier))
+            ranks = call(aten.sum.dim_IntList, before, [-1])  # int64: each element's place
+            # the element at each place: the one whose rank it is
+            placed = call(
+                aten.eq.Tensor, call(aten.unsqueeze.default, ranks, -2), call(aten.unsqueeze.default, positions, -1)
+            )
+            order = call(aten.sum.dim_IntList, call(aten.mul.Tensor, placed, positions), [-1])
+            values = call(aten.movedim.int, call(aten.gather.default, last, -1, order), -1, dim)
+            indices = call(aten.movedim.int, order, -1, dim)
+        if node.target in (aten.argsort.default, aten.argsort.stable):
+            node.replace_all_uses_with(indices)
+        else:
+            for user in list(node.users):
+                user.replace_all_uses_with((values, indices)[user.args[1]])
+                graph.erase_node(user)
+        graph.erase_node(node)
+        replaced += 1
+    exported.graph_module.recompile()
+    return replaced
+
+
 def coordinates_of_flat_nonzero(exported: torch.export.ExportedProgram) -> int:
     """Replace, in place, each `nonzero(x)` (and `where(x)`, its tuple of columns) by the coordinates of the flat
     indices `nonzero(x.reshape(-1))` gives, and return how many. torch's `nonzero` result is column-major (strides
