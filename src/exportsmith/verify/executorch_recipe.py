@@ -5,8 +5,10 @@ that the lowered program runs at every shape of the exported one and computes wh
 Each function works around one ExecuTorch 1.4.1 behaviour (or sets the model up as transformers' own ExecuTorch
 exporter does), met on real model types and reduced in `tests/test_executorch.py`, where the stock path is shown
 failing. The graph rewrites keep the program's values: a split's outputs are the slices they are, an `empty` that the
-program fills is zeros, an int input is the size of an empty tensor, a `bucketize` the comparisons it counts, and
-only tensor checks (assertions) go.
+program fills is zeros, an int input is the size of an empty tensor, a `bucketize` the comparisons it counts, a
+`nonzero` the coordinates of its flat indices, a `sort` the ranks its comparisons give (the stable order), and a
+3-d convolution the 2-d ones over its frames (the same products, summed in another order); only tensor checks
+(assertions) go.
 docs/INTEROP.md#executorch says what each fixes.
 """
 
