@@ -738,10 +738,41 @@ def test_a_sort_runs_in_executorch():
     from exportsmith.verify.executorch_check import EtProgram
 
     stock = to_edge_transform_and_lower(torch.export.export(_SortsTheBatch(), (torch.randn(3, 6),))).to_executorch()
-    with pytest.raises(RuntimeError, match="error: 0x:14"):  # no `sort` kernel (and `sort.stable` is not even core ATen)
+    with pytest.raises(
+        RuntimeError, match="error: 0x:14"
+    ):  # no `sort` kernel (and `sort.stable` is not even core ATen)
         Runtime.get().load_program(stock.buffer).load_method("forward")
     program, generator = EtProgram(_exported_sorts()), torch.Generator().manual_seed(0)
     for kind in ("distinct", "ties", "nan"):
         for batch in (1, 5):
             x = _sortable(kind, batch, generator)
             _assert_same_sorts(program(x), _Sorts()(x), ties=kind == "ties")
+
+
+class _PreluOf3d(torch.nn.Module):
+    """dab-detr's PReLU of a linear's `[batch, 1, d]` output."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear, self.prelu = torch.nn.Linear(8, 8), torch.nn.PReLU()
+
+    def forward(self, x):
+        return self.prelu(self.linear(x))
+
+
+@needs_executorch
+def test_a_prelu_of_a_3d_input_stays_out_of_the_xnnpack_delegate():
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    from exportsmith.verify.executorch_check import EtProgram
+
+    model, x = _PreluOf3d(), torch.randn(2, 1, 8)
+    with pytest.raises(Exception, match="ChannelsLastTaggedReshapePass"):  # XNNPACK's PReLU is channels-last, 4-d
+        to_edge_transform_and_lower(torch.export.export(model, (x,)), partitioner=[XnnpackPartitioner()])
+    batch = {0: torch.export.Dim("batch", max=8)}
+    program = EtProgram(torch.export.export(model, (x,), dynamic_shapes=(batch,)))
+    for batch in (1, 3):
+        x = torch.randn(batch, 1, 8)
+        torch.testing.assert_close(program(x), model(x))

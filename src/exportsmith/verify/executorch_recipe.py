@@ -115,6 +115,8 @@ def xnnpack_partitioner():
     - a `max` over a dim given as negative, or without `keepdim`: XNNPACK's max-pool lowering of it takes the dim as
       written and only 2 or 3 with `keepdim`, but the config checks neither ("amax.default only supports dim == 2 or
       dim == 3": gpt_oss's attention sinks, `max(dim=-1, keepdim=True)` of a 4-d tensor);
+    - a `prelu` of an input that is not 4-d: XNNPACK runs PReLU channels-last, and its channels-last pass can convert
+      only a 4-d input ("Attempting to convert non-NHWC compatible node to NHWC": dab-detr's `[batch, 1, d]` PReLU);
     - any node with a tensor of more than `XNNPACK_MAX_DIMS` dims, which XNNPACK cannot define (the method then fails
       to load, "Failed to define tensor ... xnn_status_unsupported_parameter"), but no config checks: inkling's
       vision patches, permuted as an 8-d tensor.
@@ -122,7 +124,7 @@ def xnnpack_partitioner():
     And a partition's clone whose input is one of its outputs too (`output_clones_of_outputs`) is left out of it."""
     from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
     from executorch.backends.xnnpack.partition.config.gemm_configs import ConvolutionConfig
-    from executorch.backends.xnnpack.partition.config.node_configs import MaxDimConfig
+    from executorch.backends.xnnpack.partition.config.node_configs import MaxDimConfig, PreluConfig
     from executorch.backends.xnnpack.partition.config.generic_node_configs import GeluConfig, UnsqueezeCopyConfig
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from torch.fx.experimental.symbolic_shapes import free_symbols
@@ -149,6 +151,10 @@ def xnnpack_partitioner():
             keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
             return dim in (2, 3) and keepdim and super().check_constraints(node, ep)
 
+    class PreluOn4d(PreluConfig):
+        def check_constraints(self, node: torch.fx.Node, ep: torch.export.ExportedProgram) -> bool:
+            return node.args[0].meta["val"].dim() == 4 and super().check_constraints(node, ep)
+
     def within_xnnpack_dims(config: type) -> type:
         def check_constraints(self, node: torch.fx.Node, ep: torch.export.ExportedProgram) -> bool:
             values = [node.meta.get("val"), *(arg.meta.get("val") for arg in node.all_input_nodes)]
@@ -162,6 +168,7 @@ def xnnpack_partitioner():
         GeluConfig: ErfGelu,
         UnsqueezeCopyConfig: UnsqueezeOneDynamicDim,
         ConvolutionConfig: ConvolutionOneDynamicDimIn1d,
+        PreluConfig: PreluOn4d,
     }
     configs = [within_xnnpack_dims(replaced.get(config, config)) for config in ALL_PARTITIONER_CONFIGS]
 
