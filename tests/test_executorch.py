@@ -776,3 +776,58 @@ def test_a_prelu_of_a_3d_input_stays_out_of_the_xnnpack_delegate():
     for batch in (1, 3):
         x = torch.randn(batch, 1, 8)
         torch.testing.assert_close(program(x), model(x))
+
+
+class _SegmentReduce(torch.nn.Module):
+    """tapas' segment reduction: each of 5 segments reduces the values whose index names it (some receive none)."""
+
+    def __init__(self, reduce: str, include_self: bool):
+        super().__init__()
+        self.reduce, self.include_self = reduce, include_self
+
+    def forward(self, values, index):
+        target = torch.linspace(-1, 1, 5)
+        return target.scatter_reduce(0, index, values, reduce=self.reduce, include_self=self.include_self)
+
+
+def _segment_inputs(generator: torch.Generator, n: int, nan: bool = False):
+    values = torch.randn(n, generator=generator)
+    if nan:
+        values[0] = float("nan")
+    return values, torch.randint(0, 4, (n,), generator=generator)  # segment 4 receives nothing
+
+
+def _exported_segment_reduce(reduce: str, include_self: bool):
+    inputs = _segment_inputs(torch.Generator().manual_seed(0), 7)
+    n = torch.export.Dim("n", max=64)
+    return torch.export.export(_SegmentReduce(reduce, include_self), inputs, dynamic_shapes=({0: n}, {0: n}))
+
+
+@pytest.mark.parametrize("include_self", [False, True])
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+def test_a_scatter_reduce_becomes_a_reduction_over_a_mask_of_segments(reduce: str, include_self: bool):
+    from exportsmith.verify.executorch_recipe import masks_for_scatter_reduce
+
+    exported = _exported_segment_reduce(reduce, include_self)
+    assert masks_for_scatter_reduce(exported) == 1
+    program, generator = exported.module(), torch.Generator().manual_seed(1)
+    for n, nan in ((1, False), (7, False), (40, False), (7, True)):
+        inputs = _segment_inputs(generator, n, nan)
+        torch.testing.assert_close(program(*inputs), _SegmentReduce(reduce, include_self)(*inputs), equal_nan=True)
+
+
+@needs_executorch
+def test_a_scatter_reduce_runs_in_executorch():
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.runtime import Runtime
+
+    from exportsmith.verify.executorch_check import EtProgram
+
+    inputs = _segment_inputs(torch.Generator().manual_seed(0), 7)
+    stock = to_edge_transform_and_lower(torch.export.export(_SegmentReduce("amin", False), inputs)).to_executorch()
+    with pytest.raises(RuntimeError, match="error: 0x:14"):  # no `scatter_reduce` kernel
+        Runtime.get().load_program(stock.buffer).load_method("forward")
+    program, generator = EtProgram(_exported_segment_reduce("amin", False)), torch.Generator().manual_seed(1)
+    for n in (1, 7, 40):
+        inputs = _segment_inputs(generator, n)
+        torch.testing.assert_close(program(*inputs), _SegmentReduce("amin", False)(*inputs))
