@@ -53,7 +53,6 @@ from exportsmith.verify.executorch_recipe import (
     conv2d_for_conv3d,
     coordinates_of_flat_nonzero,
     ints_as_lengths,
-    masks_for_scatter_reduce,
     prepare_for_xnnpack,
     slices_for_list_outputs,
     without_tensor_checks,
@@ -193,7 +192,6 @@ class EtProgram:
         coordinates_of_flat_nonzero(exported)
         conv2d_for_conv3d(exported)
         comparisons_for_sort(exported)
-        masks_for_scatter_reduce(exported)
         without_tensor_checks(exported)
         zeros_for_dynamic_empty(exported)
         self.lengths = set(ints_as_lengths(exported))

@@ -372,57 +372,6 @@ def conv2d_for_conv3d(exported: torch.export.ExportedProgram) -> int:
     return converted
 
 
-def masks_for_scatter_reduce(exported: torch.export.ExportedProgram) -> int:
-    """Replace, in place, each `scatter_reduce` of 1-d float tensors by the reduction, over each segment's row of a
-    `[segments, n]` mask of which elements it receives, of the source filled with the reduction's identity elsewhere,
-    and return how many. ExecuTorch 1.4.1 has no `scatter_reduce` kernel (tapas' segment `amin`: "Missing operator:
-    aten::scatter_reduce.two_out", 0x14 at load). A segment that receives nothing keeps its value (without
-    `include_self`); with it, its value joins the reduction. `amax` / `amin` give the same values (NaN propagates as
-    in `scatter_reduce`); `sum`, `prod` and `mean` the same terms, summed in another order."""
-    from torch.fx.operator_schemas import normalize_function
-
-    # reduction: (identity, the reduction over a row, how the target's own value joins it)
-    reductions = {
-        "sum": (0.0, (aten.sum.dim_IntList, [1]), aten.add.Tensor),
-        "mean": (0.0, (aten.sum.dim_IntList, [1]), aten.add.Tensor),
-        "prod": (1.0, (aten.prod.dim_int, 1), aten.mul.Tensor),
-        "amax": (-float("inf"), (aten.amax.default, [1]), aten.maximum.default),
-        "amin": (float("inf"), (aten.amin.default, [1]), aten.minimum.default),
-    }
-    graph = exported.graph_module.graph
-    call, replaced = _caller(graph), 0
-    for node in [n for n in graph.nodes if n.op == "call_function" and n.target is aten.scatter_reduce.two]:
-        args = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True).kwargs
-        target, index, source, reduce = args["input"], args["index"], args["src"], args["reduce"]
-        values = [arg.meta["val"] for arg in (target, index, source)]
-        if any(value.dim() != 1 for value in values) or not values[0].is_floating_point() or reduce not in reductions:
-            continue
-        identity, (over_row, dims), joined = reductions[reduce]
-        keep = args.get("include_self", True)
-        segments = values[0].shape[0]
-        with graph.inserting_before(node):
-            if isinstance(segments, torch.SymInt):
-                segments = call(aten.sym_size.int, target, 0)
-            positions = call(aten.arange.default, segments, dtype=index.meta["val"].dtype, device=values[0].device)
-            hit = call(
-                aten.eq.Tensor, call(aten.unsqueeze.default, index, 0), call(aten.unsqueeze.default, positions, 1)
-            )
-            identity = call(aten.scalar_tensor.default, identity, dtype=values[0].dtype)
-            spread = call(aten.where.self, hit, call(aten.unsqueeze.default, source, 0), identity)
-            reduced, count = call(over_row, spread, dims), call(aten.sum.dim_IntList, hit, [1])
-            if keep:
-                reduced = call(joined, target, reduced)
-            if reduce == "mean":
-                reduced = call(aten.div.Tensor, reduced, call(aten.add.Tensor, count, 1) if keep else count)
-            if not keep:  # a segment that receives nothing keeps its value
-                reduced = call(aten.where.self, call(aten.gt.Scalar, count, 0), reduced, target)
-        node.replace_all_uses_with(reduced)
-        graph.erase_node(node)
-        replaced += 1
-    exported.graph_module.recompile()
-    return replaced
-
-
 SORT_LIMIT = 1024  # the longest static dim `comparisons_for_sort` sorts: it compares every pair of its elements
 
 
