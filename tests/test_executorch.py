@@ -599,6 +599,17 @@ def test_the_indices_of_a_mask_become_coordinates_of_its_flat_indices():
             assert torch.equal(got, expected) and got.is_contiguous()
 
 
+class _IndicesOfAScalar(torch.nn.Module):
+    def forward(self, x):
+        return torch.nonzero(x.sum() > 0)
+
+
+def test_the_indices_of_a_0d_mask_are_left_as_they_are():  # `[n, 0]`: no coordinates to compute
+    from exportsmith.verify.executorch_recipe import coordinates_of_flat_nonzero
+
+    assert coordinates_of_flat_nonzero(torch.export.export(_IndicesOfAScalar(), (torch.randn(3),))) == 0
+
+
 @needs_executorch
 def test_the_indices_of_a_mask_come_out_of_executorch_in_their_order():
     from executorch.exir import to_edge_transform_and_lower

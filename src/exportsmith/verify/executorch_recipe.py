@@ -449,9 +449,9 @@ def coordinates_of_flat_nonzero(exported: torch.export.ExportedProgram) -> int:
         and (n.target is aten.nonzero.default or n.target is aten.where.default and len(n.args) == 1)
         and n.args[0].meta["val"].dim()
     ]
-    call = _caller(graph)
+    call, fake_mode = _caller(graph), _fake_mode(graph)
     for node in found:
-        x, fake_mode, columns = node.args[0], _fake_mode(graph), node.target is aten.where.default
+        x, columns = node.args[0], node.target is aten.where.default
         if columns:  # the node becomes the flat `nonzero`, with the binding of its size
             count = node.meta["val"][0].shape[0]
             bindings = node.meta.get("unbacked_bindings", {})
