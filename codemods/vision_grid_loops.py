@@ -25,24 +25,42 @@ to the module once; eager runs the original statements, in an `else`. Integer ar
 and `bucketize`: the results are equal, not just close (tests/test_vision_grid_loops.py compares them over random
 grids, merge and window sizes, frames).
 
+Each rewritten function gains a parameter `num_patches=None`, ignored in eager: the caller's number of patches (the
+packed sequence's length, which a tower holds as a size of its input). Given it, every size of the result is the
+caller's: each patch's image is counted by comparisons of its index with the images' ends, not spread by
+`repeat_interleave`, whose output size is data-dependent (a tower then trips on guards such as sdpa's `q_len > 1`, and
+ExecuTorch cannot plan its memory). The helper asserts that the grid's count equals it. In model modules, the calls
+that `vision_patch_counts.json` lists (model, function, called name, count expression) pass it; a method in between
+gains the parameter too (MiniCPM-V's `get_window_index`).
+
 What it refuses (left unchanged, with a finding): a function of those names whose statements differ from the proven
 ones (a release changed them: the tensor-ops form must be proven again), and a module that already defines a helper's
-name.
+name; a call with no entry in the table (its result keeps a data-dependent size under export), a count whose names
+are not bound at the call, and a call of a function that the installed transformers ships unproven (its own takes no
+`num_patches`).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
+import importlib.util
+import json
 import textwrap
+from pathlib import Path
 from typing import NamedTuple
 
 import libcst as cst
 import libcst.matchers as m
 
-from .base import EXPORTING, Codemod, export_twin, imports_torch
+from ._bindings import bound_at, parameter_names
+from ._candidates import CandidateStatements
+from ._walks import ReplaceNodes, nodes_in, replace_in_statements
+from .base import EXPORTING, Codemod, export_twin, formatted_block, imports_torch
 
 MODULE = "transformers.vision_utils"
+SEGMENTS_HELPER = "vision_segments"
 
 
 class Twin(NamedTuple):
@@ -52,8 +70,22 @@ class Twin(NamedTuple):
     call: str  # what the function returns under export
 
 
+SEGMENTS = '''def vision_segments(counts: torch.Tensor, total: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each element of consecutive segments of `counts` elements: its segment and its index in the segment. With
+    `total` (the caller's size, `counts.sum()`) every size is the caller's; without it, the number of elements is a
+    data-dependent size (`repeat_interleave`'s), which runtimes that plan memory ahead (ExecuTorch) cannot bound."""
+    ends = counts.cumsum(0)
+    if total is None:
+        segment = torch.repeat_interleave(torch.arange(counts.shape[0], device=counts.device), counts)
+    else:
+        torch._assert_async(counts.sum() == total)
+        # the segment of element i: how many segments end at or before it
+        segment = (torch.arange(total, device=counts.device)[:, None] >= ends).sum(-1)
+    return segment, torch.arange(segment.shape[0], device=counts.device) - (ends - counts)[segment]
+'''
+
 POSITION_IDS = '''def vision_position_ids_from_grid(
-    grid_thw: torch.Tensor, spatial_merge_size: int | torch.Tensor, include_temporal: bool
+    grid_thw: torch.Tensor, spatial_merge_size: int | torch.Tensor, include_temporal: bool, num_patches: int | None
 ) -> torch.Tensor:
     """`get_vision_position_ids` with tensor ops instead of a loop over the images (for torch.export, where the ints
     of `grid_thw.tolist()` are data-dependent): each patch's frame, row and column from its index in the packed
@@ -65,13 +97,9 @@ POSITION_IDS = '''def vision_position_ids_from_grid(
     else:  # one per image
         merges = spatial_merge_size.to(grid.device, torch.long)
     torch._assert_async(((heights % merges == 0) & (widths % merges == 0)).all())
-    counts = frames * heights * widths
     # per patch: its image's height, width and merge size, and its index within the image
-    height = torch.repeat_interleave(heights, counts)
-    width = torch.repeat_interleave(widths, counts)
-    merge = torch.repeat_interleave(merges, counts)
-    starts = torch.repeat_interleave(counts.cumsum(0) - counts, counts)
-    index = torch.arange(starts.shape[0], device=grid.device) - starts
+    image, index = vision_segments(frames * heights * widths, num_patches)
+    height, width, merge = heights[image], widths[image], merges[image]
     frame, within = index // (height * width), index % (height * width)
     block, blocks_per_row = within // (merge * merge), width // merge
     rows = block // blocks_per_row * merge + within // merge % merge
@@ -80,7 +108,7 @@ POSITION_IDS = '''def vision_position_ids_from_grid(
 '''
 
 WINDOW_INDEX = '''def vision_window_index_from_grid(
-    grid_thw: torch.Tensor, spatial_merge_size: int, window_size: int, patch_size: int
+    grid_thw: torch.Tensor, spatial_merge_size: int, window_size: int, patch_size: int, num_patches: int | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`get_vision_window_index` with tensor ops instead of a loop over the images (for torch.export, where the ints
     of `grid_thw.tolist()` are data-dependent): each merged token's window, numbered over the images and frames in the
@@ -92,20 +120,17 @@ WINDOW_INDEX = '''def vision_window_index_from_grid(
     # windows per frame: the loop pads each side by `side - n % side` (a whole empty window when `n % side == 0`)
     window_rows = (rows + side - rows % side) // side
     window_columns = (columns + side - columns % side) // side
-    tokens = frames * rows * columns
     # per merged token, in the grid's order: its image's sizes and its index within the image
-    starts = torch.repeat_interleave(tokens.cumsum(0) - tokens, tokens)
-    index = torch.arange(starts.shape[0], device=grid.device) - starts
-    token_rows = torch.repeat_interleave(rows, tokens)
-    token_columns = torch.repeat_interleave(columns, tokens)
+    tokens = None if num_patches is None else num_patches // spatial_merge_size**2
+    image, index = vision_segments(frames * rows * columns, tokens)
+    token_rows, token_columns = rows[image], columns[image]
     frame = index // (token_rows * token_columns)
     row = index // token_columns % token_rows
     column = index % token_columns
     # each token's window, numbered over the images and frames, and its place in the window
     windows = frames * window_rows * window_columns
-    first = torch.repeat_interleave(windows.cumsum(0) - windows, tokens)
-    per_frame = torch.repeat_interleave(window_rows * window_columns, tokens)
-    across = torch.repeat_interleave(window_columns, tokens)
+    first = (windows.cumsum(0) - windows)[image]
+    per_frame, across = (window_rows * window_columns)[image], window_columns[image]
     window = first + frame * per_frame + row // side * across + column // side
     window_index = torch.argsort((window * side + row % side) * side + column % side)
     # the end of each window that holds tokens, counted in patches
@@ -117,18 +142,17 @@ WINDOW_INDEX = '''def vision_window_index_from_grid(
     return window_index, cu_window_seqlens
 '''
 
-NEAREST_POSITION_IDS = '''def vision_nearest_position_ids_from_sizes(target_sizes: torch.Tensor, num_patches_per_side: int) -> torch.Tensor:
+NEAREST_POSITION_IDS = '''def vision_nearest_position_ids_from_sizes(
+    target_sizes: torch.Tensor, num_patches_per_side: int, num_patches: int | None
+) -> torch.Tensor:
     """`get_vision_nearest_position_ids` with tensor ops instead of a loop over the images (for torch.export, where
     the ints of `target_sizes.tolist()` are data-dependent): each patch's row and column, in raster order, divided by
     its image's height and width and bucketized as the loop does."""
     sizes = target_sizes.long()
     heights, widths = sizes[:, 0], sizes[:, 1]
     boundaries = torch.arange(1 / num_patches_per_side, 1.0, 1 / num_patches_per_side, device=target_sizes.device)
-    counts = heights * widths
-    starts = torch.repeat_interleave(counts.cumsum(0) - counts, counts)
-    index = torch.arange(starts.shape[0], device=target_sizes.device) - starts
-    height = torch.repeat_interleave(heights, counts)
-    width = torch.repeat_interleave(widths, counts)
+    image, index = vision_segments(heights * widths, num_patches)
+    height, width = heights[image], widths[image]
     bucket_rows = torch.bucketize(index // width / height, boundaries, right=True)
     bucket_columns = torch.bucketize(index % width / width, boundaries, right=True)
     return bucket_rows * num_patches_per_side + bucket_columns
@@ -139,21 +163,29 @@ TWINS = {
         "e8373b4b9f22f05ba15c5b93fe92ebb1f98b9010b6c75978eb2893a8bbe0c9d9",
         "vision_position_ids_from_grid",
         POSITION_IDS,
-        "vision_position_ids_from_grid(grid_thw, spatial_merge_size, include_temporal)",
+        "vision_position_ids_from_grid(grid_thw, spatial_merge_size, include_temporal, num_patches)",
     ),
     "get_vision_window_index": Twin(
         "0226075d64ddad826fa5ec34ca763384a750abaadbd7ac97f96297291d4ab5c0",
         "vision_window_index_from_grid",
         WINDOW_INDEX,
-        "vision_window_index_from_grid(grid_thw, spatial_merge_size, window_size, patch_size)",
+        "vision_window_index_from_grid(grid_thw, spatial_merge_size, window_size, patch_size, num_patches)",
     ),
     "get_vision_nearest_position_ids": Twin(
         "535cff10728f1694c326799802452ecf715dba766a6b66a9f0c0434fd7cf0501",
         "vision_nearest_position_ids_from_sizes",
         NEAREST_POSITION_IDS,
-        "vision_nearest_position_ids_from_sizes(target_sizes, num_patches_per_side)",
+        "vision_nearest_position_ids_from_sizes(target_sizes, num_patches_per_side, num_patches)",
     ),
 }
+
+# The parameter each rewritten function gains, and its line in the docstring's `Args:` (after `kwargs:`)
+COUNT = "num_patches"
+COUNT_DOC = (
+    "        num_patches: optional, the number of patches the sizes describe (the packed sequence's length),\n"
+    "            which the caller holds: under `torch.export` the result is sized by it instead of by a\n"
+    "            data-dependent size.\n"
+)
 
 EXPORT_TEMPLATE = """
 if torch.compiler.is_exporting():
@@ -170,6 +202,52 @@ def fingerprint(statements: list[cst.BaseStatement]) -> str:
     return hashlib.sha256(ast.dump(ast.parse(textwrap.dedent(code))).encode()).hexdigest()
 
 
+def proven(function: cst.FunctionDef) -> str | None:
+    """Why `function` (of `TWINS`) cannot be rewritten, or None when its statements after its first `if` (which
+    returns tensors passed in `kwargs`) are the proven ones."""
+    statements = list(function.body.body)
+    ifs = [i for i, inner in enumerate(statements) if isinstance(inner, cst.If)]
+    start = ifs[0] + 1 if ifs else len(statements)
+    if start >= len(statements) or fingerprint(statements[start:]) != TWINS[function.name.value].fingerprint:
+        return "its statements are not the ones whose tensor-ops form was proven equal"
+    return None
+
+
+@functools.cache
+def counted_functions() -> frozenset[str]:
+    """The functions of the installed transformers' `vision_utils` that this codemod rewrites, so that they take
+    `num_patches` (a call site passes it only to those: transformers' own would raise TypeError)."""
+    spec = importlib.util.find_spec(MODULE)
+    if spec is None or spec.origin is None:
+        return frozenset()
+    tree = cst.parse_module(Path(spec.origin).read_text(encoding="utf-8"))
+    functions = [stmt for stmt in tree.body if isinstance(stmt, cst.FunctionDef) and stmt.name.value in TWINS]
+    return frozenset(function.name.value for function in functions if proven(function) is None)
+
+
+class CountedCall(NamedTuple):
+    function: str  # the qualified name of the function that holds the call
+    call: str  # the called name, as written (a function of `TWINS`, or a method that forwards to one)
+    count: str  # an expression of the number of patches there, from names bound before the call
+    parameter: bool  # the function gains a `num_patches=None` parameter, which is the count (a method in between)
+
+
+COUNTS_FILE = Path(__file__).with_name("vision_patch_counts.json")
+
+
+@functools.cache
+def counted_calls() -> dict[str, tuple[CountedCall, ...]]:
+    """model -> the call sites of its modeling (and modular) module that know their patch count
+    (`vision_patch_counts.json`, proven by export: the helper asserts that the grid's count equals it)."""
+    table = json.loads(COUNTS_FILE.read_text(encoding="utf-8"))
+    return {
+        model: tuple(
+            CountedCall(site["function"], site["call"], site["count"], site.get("parameter", False)) for site in sites
+        )
+        for model, sites in table["models"].items()
+    }
+
+
 class VisionGridLoops(Codemod):
     NAME = "vision-grid-loops"
     DESCRIPTION = (
@@ -179,11 +257,19 @@ class VisionGridLoops(Codemod):
 
     @classmethod
     def might_apply(cls, source: str) -> bool:
-        return ".tolist()" in source and any(f"def {name}(" in source for name in TWINS)
+        return any(f"{name}(" in source for name in TWINS)
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        if self.context.full_module_name != MODULE:
-            return tree
+        if self.context.full_module_name == MODULE:
+            return self._rewrite_helpers(tree)
+        parts = (self.context.full_module_name or "").split(".")
+        if len(parts) == 4 and parts[:2] == ["transformers", "models"]:
+            return self._pass_counts(tree, parts[2])
+        return tree
+
+    def _rewrite_helpers(self, tree: cst.Module) -> cst.Module:
+        """`transformers.vision_utils`: each proven function returns its helper's result under export, and takes the
+        caller's `num_patches`."""
         defined = {stmt.name.value for stmt in tree.body if isinstance(stmt, (cst.FunctionDef, cst.ClassDef))}
         body, helpers = list(tree.body), []
         for index, stmt in enumerate(tree.body):
@@ -193,24 +279,23 @@ class VisionGridLoops(Codemod):
             statements = list(stmt.body.body)
             if any(isinstance(inner, cst.If) and m.matches(inner.test, EXPORTING) for inner in statements):
                 continue  # rewritten by an earlier run
-            # what comes after the first `if` (which returns tensors passed in `kwargs`)
-            ifs = [i for i, inner in enumerate(statements) if isinstance(inner, cst.If)]
-            start = ifs[0] + 1 if ifs else len(statements)
             line = self.top_level_line(tree, stmt)
-            if start >= len(statements) or fingerprint(statements[start:]) != twin.fingerprint:
-                reason = "its statements are not the ones whose tensor-ops form was proven equal"
-            elif twin.helper in defined:
-                reason = f"the module already defines `{twin.helper}`"
-            elif not imports_torch(tree):
+            reason = proven(stmt)
+            if reason is None and (twin.helper in defined or SEGMENTS_HELPER in defined):
+                reason = f"the module already defines `{twin.helper if twin.helper in defined else SEGMENTS_HELPER}`"
+            elif reason is None and COUNT in parameter_names(stmt.params):
+                reason = f"it already has a parameter `{COUNT}`"
+            elif reason is None and not imports_torch(tree):
                 reason = "the module does not `import torch`"
-            else:
-                reason = None
             if reason is not None:
                 self.report(line, "refused", stmt.name.value, reason)
                 continue
+            start = next(i for i, inner in enumerate(statements) if isinstance(inner, cst.If)) + 1
             eager = statements[start:]
             statements[start:] = [export_twin(EXPORT_TEMPLATE.format(call=twin.call), eager, eager[0].leading_lines)]
-            body[index] = stmt.with_changes(body=stmt.body.with_changes(body=statements))
+            body[index] = with_count_documented(
+                with_count(stmt, 0).with_changes(body=stmt.body.with_changes(body=statements))
+            )
             helpers.append(twin.code)
             self.report(line, "rewritten", stmt.name.value, "computes its result with tensor ops under export")
         if not helpers:
@@ -218,6 +303,166 @@ class VisionGridLoops(Codemod):
         # the helpers go before the first function (the rewritten ones are functions of the module), in file order
         first = next(i for i, stmt in enumerate(body) if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)))
         added = [
-            cst.parse_statement(code).with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]) for code in helpers
+            cst.parse_statement(code).with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+            for code in (SEGMENTS, *helpers)
         ]
         return tree.with_changes(body=[*body[:first], *added, *body[first:]])
+
+    def _pass_counts(self, tree: cst.Module, model: str) -> cst.Module:
+        """A model module: the calls of the rewritten functions that `vision_patch_counts.json` lists pass their patch
+        count; the other calls are reported (under export, their result keeps a data-dependent size)."""
+        sites = {(site.function, site.call): site for site in counted_calls().get(model, ())}
+        # a method in between takes the count when the helper it calls does (it then gains the parameter)
+        forwarding = {site.function.rsplit(".", 1)[-1] for site in sites.values() if site.parameter}
+        forwarding = {
+            name
+            for name in forwarding
+            if all(site.call in counted_functions() for site in sites.values() if site.function.endswith(f".{name}"))
+        }
+        takes_count = counted_functions() | {call for _, call in sites if call.rsplit(".", 1)[-1] in forwarding}
+        called = set(TWINS) | {call for _, call in sites}
+        holders = [stmt for stmt in tree.body if any(f"{name}(" in self.statement_code(tree, stmt) for name in called)]
+        positions = CandidateStatements(self, tree, holders, kinds=(cst.SimpleStatementLine,))
+        replacements = {}
+        for stmt in holders:
+            for qualname, function, depth in _functions(stmt):
+                names = set(TWINS) | {call for function_name, call in sites if function_name == qualname}
+                calls = [
+                    call for call in _call_statements(function.body, names, depth + 1) if not _passes_count(*call)
+                ]
+                if not calls:  # none, or each passes its count already (an earlier run)
+                    continue
+                parameter = any(sites.get((qualname, name), _NO_SITE).parameter for _, name, _ in calls)
+                if parameter and COUNT in parameter_names(function.params):
+                    line = positions.line(calls[0][0])
+                    self.report(line, "refused", qualname, f"it already has a parameter `{COUNT}`")
+                    continue
+                changed = {}
+                for statement, name, statement_depth in calls:
+                    site, line = sites.get((qualname, name)), positions.line(statement)
+                    if site is None:
+                        reason = (
+                            "no patch count is known for this call (vision_patch_counts.json): under export its "
+                            "result has a data-dependent size"
+                        )
+                    elif name not in takes_count and name in TWINS:
+                        reason = f"transformers' `{name}` is not the proven one: it takes no `{COUNT}`"
+                    elif name not in takes_count:
+                        reason = f"`{name}` takes no `{COUNT}`: the helper it calls is not the proven one"
+                    elif not site.parameter and not _count_bound(function, statement, site.count):
+                        reason = f"`{site.count}` is not bound where `{name}` is called"
+                    else:
+                        reason = None
+                    if reason is not None:
+                        self.report(line, "refused", f"{qualname}: {name}", reason)
+                        continue
+                    count = COUNT if site.parameter else site.count
+                    changed[statement] = _with_count_passed(statement, name, count, statement_depth)
+                    self.report(line, "rewritten", f"{qualname}: {name}", f"passes its patch count, `{count}`")
+                if changed:
+                    new = function.visit(ReplaceNodes(changed))
+                    replacements[function] = with_count(new, depth) if parameter else new
+        return replace_in_statements(tree, replacements, holders)
+
+
+_NO_SITE = CountedCall("", "", "", False)
+
+
+def _functions(stmt: cst.BaseStatement):
+    """(qualified name, def, depth) of a top-level def and of the methods of a top-level class."""
+    if isinstance(stmt, cst.FunctionDef):
+        yield stmt.name.value, stmt, 0
+    elif isinstance(stmt, cst.ClassDef) and isinstance(stmt.body, cst.IndentedBlock):
+        for member in stmt.body.body:
+            if isinstance(member, cst.FunctionDef):
+                yield f"{stmt.name.value}.{member.name.value}", member, 1
+
+
+def _call_statements(block: cst.BaseSuite, names: set[str], depth: int) -> list:
+    """(statement, called name, depth) of the simple statements of `block` (not of nested defs or classes) that call
+    one of `names`, in source order."""
+    found = []
+    for stmt in getattr(block, "body", ()):
+        if isinstance(stmt, cst.SimpleStatementLine):
+            called = [_called(node) for node in nodes_in(stmt, lambda node: isinstance(node, cst.Call))]
+            found += [(stmt, name, depth) for name in sorted({name for name in called if name in names})]
+        elif not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            for child in (getattr(stmt, "body", None), getattr(stmt, "orelse", None), *getattr(stmt, "handlers", ())):
+                while isinstance(child, (cst.If, cst.Else, cst.ExceptHandler, cst.Finally)):
+                    found += _call_statements(child.body, names, depth + 1)
+                    child = getattr(child, "orelse", None)
+                if isinstance(child, cst.IndentedBlock):
+                    found += _call_statements(child, names, depth + 1)
+    return found
+
+
+def _passes_count(statement: cst.SimpleStatementLine, name: str, depth: int) -> bool:
+    """Whether the calls of `name` in `statement` pass `num_patches` already."""
+    calls = [node for node in nodes_in(statement, lambda node: isinstance(node, cst.Call)) if _called(node) == name]
+    return all(any(arg.keyword is not None and arg.keyword.value == COUNT for arg in call.args) for call in calls)
+
+
+def _called(call: cst.Call) -> str:
+    """The called name as written (`get_vision_position_ids`, `self.get_window_index`), or ""."""
+    func = call.func
+    if isinstance(func, cst.Name):
+        return func.value
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+        return f"{func.value.value}.{func.attr.value}"
+    return ""
+
+
+def _count_bound(function: cst.FunctionDef, statement: cst.SimpleStatementLine, count: str) -> bool:
+    """Whether the names `count` reads have a value on every path to `statement`."""
+    expression = cst.parse_expression(count)
+    read = {node.value for node in nodes_in(expression, lambda node: isinstance(node, cst.Name))}
+    attributes = {node.attr.value for node in nodes_in(expression, lambda node: isinstance(node, cst.Attribute))}
+    return (read - attributes) <= bound_at(function, statement).definite
+
+
+def _with_count_passed(statement: cst.SimpleStatementLine, name: str, count: str, depth: int) -> cst.BaseStatement:
+    """`statement` with `num_patches=count` passed to its call of `name`, laid out as black lays it out."""
+    calls = [node for node in nodes_in(statement, lambda node: isinstance(node, cst.Call)) if _called(node) == name]
+    passed = {
+        call: call.with_changes(args=[*call.args, cst.Arg(cst.parse_expression(count), keyword=cst.Name(COUNT))])
+        for call in calls
+    }
+    new = statement.visit(ReplaceNodes(passed))
+    # black lays the statement out again (its arguments one per line when they no longer fit)
+    code = cst.Module(body=[new.with_changes(leading_lines=())]).code
+    block = formatted_block(list(cst.parse_module(code).body), depth, 4)
+    return block.body[0].with_changes(leading_lines=statement.leading_lines)
+
+
+def with_count(function: cst.FunctionDef, depth: int) -> cst.FunctionDef:
+    """`function` (`depth` levels deep) with `num_patches: int | None = None` after its last parameter, its parameters
+    laid out as black lays them out (one per line, with a trailing comma, when they were)."""
+    params = function.params
+    parameter = cst.parse_statement(f"def f({COUNT}: int | None = None): pass").params.params[0]
+    if params.params and isinstance(params.params[-1].comma, cst.Comma):  # a magic trailing comma: one per line
+        parameter = parameter.with_changes(comma=cst.Comma())
+    stub = function.with_changes(
+        params=params.with_changes(params=[*params.params, parameter]),
+        body=cst.IndentedBlock(body=[cst.SimpleStatementLine(body=[cst.Pass()])]),
+        decorators=(),
+        leading_lines=(),
+    )
+    laid_out = formatted_block([stub], depth, 4).body[0]
+    return function.with_changes(params=laid_out.params, whitespace_before_params=laid_out.whitespace_before_params)
+
+
+def with_count_documented(function: cst.FunctionDef) -> cst.FunctionDef:
+    """`function` with `num_patches` in its docstring's `Args:`, after `kwargs:` (left as it is without one)."""
+    docstring = function.get_docstring(clean=False)
+    first = function.body.body[0]
+    if docstring is None or "        kwargs:" not in docstring:
+        return function
+    string = first.body[0].value
+    text = string.value
+    at = text.index("        kwargs:")
+    end = text.index("\n", at) + 1
+    while text[end:].startswith("            "):  # the `kwargs:` entry's continuation lines
+        end = text.index("\n", end) + 1
+    new = string.with_changes(value=text[:end] + COUNT_DOC + text[end:])
+    statement = first.with_changes(body=[first.body[0].with_changes(value=new)])
+    return function.with_changes(body=function.body.with_changes(body=[statement, *function.body.body[1:]]))

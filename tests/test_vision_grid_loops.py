@@ -4,10 +4,16 @@ codemod rewrites only the statements they were proven against.
 1. Each helper the codemod adds (`TWINS`) against transformers' own function over random inputs: one to five images,
    one to three frames, merge sizes 1 to 3 (an int or one per image), window sizes of 1 to 4 merged tokens (sizes
    that are and are not multiples of them: empty padded windows), with and without the temporal column; nearest
-   position ids over image sizes 1 to 20 and tables of 3 to 16 a side: `torch.equal` and the same dtype.
+   position ids over image sizes 1 to 20 and tables of 3 to 16 a side: `torch.equal` and the same dtype; each with
+   the number of patches (every size the caller's) and without (a `repeat_interleave` size). A wrong count raises;
+   exported with the count, the ids have no data-dependent size.
 2. The installed `vision_utils.py` through the codemod: each function rewritten once, a second run changes nothing,
-   eager and the export arm (`torch.compiler.is_exporting()` patched to True) of the rewritten functions agree.
+   eager and the export arm (`torch.compiler.is_exporting()` patched to True) of the rewritten functions agree, with
+   and without `num_patches`.
 3. Statements that differ from the proven ones are refused with the reason, and the module is left as it was.
+4. Call sites: a call listed in vision_patch_counts.json passes its count (through a method in between too), a call
+   not listed, a count not bound at the call, or a helper transformers ships unproven is refused; every committed
+   entry is a call the installed transformers makes.
 """
 
 from __future__ import annotations
@@ -18,21 +24,29 @@ from unittest import mock
 
 import pytest
 import torch
+from torch.export import Dim
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 import transformers
 from transformers import vision_utils
 
-from codemods.vision_grid_loops import TWINS, VisionGridLoops
+from codemods.vision_grid_loops import SEGMENTS, TWINS, CountedCall, VisionGridLoops, counted_calls
 from exportsmith.discover import find_transformers
 from exportsmith.pipeline import run_codemods
 
 MODULE = "transformers.vision_utils"
 
 
-def _helper(function: str):
+def _helper(function: str, counted: bool = False):
+    """The helper of `function`; `counted`: called with the number of patches (the backed-size form), else None."""
     twin = TWINS[function]
     namespace = {"torch": torch}
-    exec(compile(twin.code, "<helper>", "exec"), namespace)
-    return namespace[twin.helper]
+    exec(compile(SEGMENTS + twin.code, "<helper>", "exec"), namespace)
+    helper = namespace[twin.helper]
+    if function == "get_vision_window_index":
+        return lambda grid, merge, *args: helper(grid, merge, *args, int(grid.prod(-1).sum()) if counted else None)
+    if function == "get_vision_nearest_position_ids":
+        return lambda sizes, *args: helper(sizes, *args, int(sizes.prod(-1).sum()) if counted else None)
+    return lambda grid, *args: helper(grid, *args, int(grid.prod(-1).sum()) if counted else None)
 
 
 def _grids(seed: int):
@@ -47,9 +61,10 @@ def _grids(seed: int):
     return [(per_image, merges), (uniform, 2)]
 
 
+@pytest.mark.parametrize("counted", [False, True])
 @pytest.mark.parametrize("include_temporal", [False, True])
-def test_the_tensor_ops_form_gives_the_loops_ids_exactly(include_temporal: bool):
-    helper = _helper("get_vision_position_ids")
+def test_the_tensor_ops_form_gives_the_loops_ids_exactly(include_temporal: bool, counted: bool):
+    helper = _helper("get_vision_position_ids", counted)
     for seed in range(40):
         for grid, merge in _grids(seed):
             expected = vision_utils.get_vision_position_ids(grid, merge, include_temporal=include_temporal)
@@ -69,8 +84,9 @@ def _windows(seed: int):
     return grid, merge, side * merge * patch, patch
 
 
-def test_the_tensor_ops_form_gives_the_loops_windows_exactly():
-    helper = _helper("get_vision_window_index")
+@pytest.mark.parametrize("counted", [False, True])
+def test_the_tensor_ops_form_gives_the_loops_windows_exactly(counted: bool):
+    helper = _helper("get_vision_window_index", counted)
     for seed in range(200):
         grid, merge, window_size, patch = _windows(seed)
         expected = vision_utils.get_vision_window_index(grid, merge, window_size, patch)
@@ -79,8 +95,9 @@ def test_the_tensor_ops_form_gives_the_loops_windows_exactly():
             assert got.dtype == want.dtype and torch.equal(got, want), (grid.tolist(), merge, window_size, patch)
 
 
-def test_the_tensor_ops_form_gives_the_loops_nearest_positions_exactly():
-    helper = _helper("get_vision_nearest_position_ids")
+@pytest.mark.parametrize("counted", [False, True])
+def test_the_tensor_ops_form_gives_the_loops_nearest_positions_exactly(counted: bool):
+    helper = _helper("get_vision_nearest_position_ids", counted)
     for seed in range(100):
         generator = torch.Generator().manual_seed(seed)
         sizes = torch.randint(1, 21, (int(torch.randint(1, 5, (1,), generator=generator)), 2), generator=generator)
@@ -113,15 +130,18 @@ def test_the_installed_helper_is_rewritten_once_and_both_arms_agree():
     for seed in range(10):
         for grid, merge in _grids(seed):
             expected = vision_utils.get_vision_position_ids(grid, merge)
-            assert torch.equal(module.get_vision_position_ids(grid, merge), expected)
-            with mock.patch("torch.compiler.is_exporting", return_value=True):
-                assert torch.equal(module.get_vision_position_ids(grid, merge), expected)
+            count = int(grid.prod(-1).sum())
+            for exporting in (False, True):
+                with mock.patch("torch.compiler.is_exporting", return_value=exporting):
+                    assert torch.equal(module.get_vision_position_ids(grid, merge), expected)
+                    assert torch.equal(module.get_vision_position_ids(grid, merge, num_patches=count), expected)
         grid, merge, window_size, patch = _windows(seed)
         expected = vision_utils.get_vision_window_index(grid, merge, window_size, patch)
         for exporting in (False, True):
-            with mock.patch("torch.compiler.is_exporting", return_value=exporting):
-                actual = module.get_vision_window_index(grid, merge, window_size, patch)
-            assert all(torch.equal(got, want) for got, want in zip(actual, expected))
+            for count in (None, int(grid.prod(-1).sum())):
+                with mock.patch("torch.compiler.is_exporting", return_value=exporting):
+                    actual = module.get_vision_window_index(grid, merge, window_size, patch, num_patches=count)
+                assert all(torch.equal(got, want) for got, want in zip(actual, expected))
 
 
 def test_a_loop_other_than_the_proven_one_is_refused():
@@ -129,12 +149,184 @@ def test_a_loop_other_than_the_proven_one_is_refused():
     if not path.is_file():
         pytest.skip(f"transformers {transformers.__version__} has no vision_utils")
     source = path.read_text(encoding="utf-8")
-    changed = source.replace("hpos_ids = hpos_ids.reshape(block_shape).transpose(1, 2).flatten()", "hpos_ids = hpos_ids.flatten()")
+    changed = source.replace(
+        "hpos_ids = hpos_ids.reshape(block_shape).transpose(1, 2).flatten()", "hpos_ids = hpos_ids.flatten()"
+    )
     assert changed != source
     change = run_codemods(changed, path.name, MODULE, codemods=(VisionGridLoops,))
     refused = [(f.construct, f.reason) for f in change.findings if f.kind == "refused"]
     assert refused == [
         ("get_vision_position_ids", "its statements are not the ones whose tensor-ops form was proven equal")
     ]
-    assert "def get_vision_position_ids" in change.rewritten and "vision_position_ids_from_grid" not in change.rewritten
+    assert (
+        "def get_vision_position_ids" in change.rewritten and "vision_position_ids_from_grid" not in change.rewritten
+    )
     assert sys.modules[MODULE] is vision_utils  # the test never replaced transformers' module
+
+
+def test_a_count_other_than_the_grids_is_refused_at_run_time():
+    """The count is the caller's claim about the grid: the helper asserts it, so a wrong count (a wrong
+    vision_patch_counts.json entry) fails loudly, in export or in the program, never gives other ids."""
+    grid = torch.tensor([[1, 4, 6], [2, 2, 2]])
+    namespace = {"torch": torch}
+    exec(compile(SEGMENTS + TWINS["get_vision_position_ids"].code, "<helper>", "exec"), namespace)
+    assert namespace["vision_position_ids_from_grid"](grid, 2, False, 32).shape == (32, 2)
+    with pytest.raises(RuntimeError):
+        namespace["vision_position_ids_from_grid"](grid, 2, False, 31)
+
+
+@pytest.mark.parametrize("counted", [False, True])
+def test_with_the_count_the_exported_ids_have_the_callers_size(counted: bool):
+    """Exported with the number of patches, the ids are sized by the patch dim (no data-dependent size, no
+    `repeat_interleave`: ExecuTorch plans its memory from such bounds); without it, a data-dependent size remains.
+    The program gives the loop's ids for another number of images of other sizes."""
+    namespace = {"torch": torch}
+    exec(compile(SEGMENTS + TWINS["get_vision_position_ids"].code, "<helper>", "exec"), namespace)
+    helper = namespace["vision_position_ids_from_grid"]
+
+    class Tower(torch.nn.Module):
+        def forward(self, patches, grid_thw):
+            return helper(grid_thw, 2, False, patches.shape[0] if counted else None)
+
+    grid = torch.tensor([[1, 4, 6], [2, 2, 2]])
+    patches = Dim("patches", min=4, max=4096)
+    program = torch.export.export(
+        Tower(), (torch.zeros(32, 3), grid), dynamic_shapes=({0: patches}, {0: Dim("images", min=1, max=8)})
+    )
+    (output,) = [node for node in program.graph.nodes if node.op == "output"]
+    size = output.args[0][0].meta["val"].shape[0]
+    assert (not free_unbacked_symbols(size)) is counted
+    assert any("repeat_interleave" in str(node.target) for node in program.graph.nodes) is not counted
+    other = torch.tensor([[2, 2, 4], [1, 6, 2], [1, 2, 2]])
+    assert torch.equal(program.module()(torch.zeros(32, 3), other), vision_utils.get_vision_position_ids(other, 2))
+
+
+TOWER = """import torch
+
+from ...vision_utils import get_vision_position_ids, get_vision_window_index
+
+
+class Tower(torch.nn.Module):
+    def forward(self, hidden_states, grid_thw, **kwargs):
+        position_ids = get_vision_position_ids(grid_thw, self.spatial_merge_size, kwargs=kwargs)
+        return position_ids
+
+
+class Other(torch.nn.Module):
+    def forward(self, pixel_values, grid_thw):
+        return get_vision_position_ids(grid_thw, 2)
+
+
+class Late(torch.nn.Module):
+    def forward(self, pixel_values, grid_thw):
+        position_ids = get_vision_position_ids(grid_thw, 2)
+        embeds = self.embed(pixel_values)
+        return position_ids, embeds
+
+
+class Merger(torch.nn.Module):
+    def get_window_index(self, grid_thw, kwargs=None):
+        return get_vision_window_index(grid_thw, 1, 4, 1, kwargs=kwargs)
+
+    def forward(self, hidden_states, grid_thw):
+        window_index, cu_seqlens = self.get_window_index(grid_thw)
+        return hidden_states[:, window_index], cu_seqlens
+"""
+
+SITES = {
+    "tower": (
+        CountedCall("Tower.forward", "get_vision_position_ids", "hidden_states.shape[0]", False),
+        CountedCall("Late.forward", "get_vision_position_ids", "embeds.shape[0]", False),
+        CountedCall("Merger.forward", "self.get_window_index", "hidden_states.shape[1]", False),
+        CountedCall("Merger.get_window_index", "get_vision_window_index", "num_patches", True),
+    )
+}
+
+
+def _pass_counts(source: str, sites=SITES, proven=frozenset(TWINS)):
+    with (
+        mock.patch("codemods.vision_grid_loops.counted_calls", return_value=sites),
+        mock.patch("codemods.vision_grid_loops.counted_functions", return_value=proven),
+    ):
+        return run_codemods(
+            source, "modeling_tower.py", "transformers.models.tower.modeling_tower", (VisionGridLoops,)
+        )
+
+
+def test_a_listed_call_passes_its_count_and_the_others_are_reported():
+    change = _pass_counts(TOWER)
+    findings = sorted((f.kind, f.construct, f.reason) for f in change.findings)
+    assert findings == [
+        (
+            "refused",
+            "Late.forward: get_vision_position_ids",
+            "`embeds.shape[0]` is not bound where `get_vision_position_ids` is called",
+        ),
+        (
+            "refused",
+            "Other.forward: get_vision_position_ids",
+            "no patch count is known for this call (vision_patch_counts.json): under export its result has a "
+            "data-dependent size",
+        ),
+        ("rewritten", "Merger.forward: self.get_window_index", "passes its patch count, `hidden_states.shape[1]`"),
+        ("rewritten", "Merger.get_window_index: get_vision_window_index", "passes its patch count, `num_patches`"),
+        ("rewritten", "Tower.forward: get_vision_position_ids", "passes its patch count, `hidden_states.shape[0]`"),
+    ]
+    expected = (
+        TOWER.replace(
+            "get_vision_position_ids(grid_thw, self.spatial_merge_size, kwargs=kwargs)",
+            "get_vision_position_ids(\n            grid_thw, self.spatial_merge_size, kwargs=kwargs, "
+            "num_patches=hidden_states.shape[0]\n        )",
+        )
+        .replace(
+            "def get_window_index(self, grid_thw, kwargs=None):",
+            "def get_window_index(self, grid_thw, kwargs=None, num_patches: int | None = None):",
+        )
+        .replace("(grid_thw, 1, 4, 1, kwargs=kwargs)", "(grid_thw, 1, 4, 1, kwargs=kwargs, num_patches=num_patches)")
+        .replace(
+            "self.get_window_index(grid_thw)", "self.get_window_index(grid_thw, num_patches=hidden_states.shape[1])"
+        )
+    )
+    assert change.rewritten == expected
+    assert not _pass_counts(change.rewritten).changed  # a second run passes nothing twice: refused, count given
+
+
+def test_no_count_is_passed_to_a_helper_transformers_ships_unproven():
+    """transformers' own `get_vision_position_ids` (not rewritten) takes no `num_patches`: passing one would raise."""
+    change = _pass_counts(TOWER, proven=frozenset({"get_vision_window_index"}))
+    refused = {f.construct: f.reason for f in change.findings if f.kind == "refused"}
+    assert refused["Tower.forward: get_vision_position_ids"] == (
+        "transformers' `get_vision_position_ids` is not the proven one: it takes no `num_patches`"
+    )
+    assert "num_patches=hidden_states.shape[0]" not in change.rewritten
+    assert "num_patches=num_patches" in change.rewritten
+    # nor to a method in between whose helper is unproven (it does not gain the parameter)
+    change = _pass_counts(TOWER, proven=frozenset({"get_vision_position_ids"}))
+    refused = {f.construct: f.reason for f in change.findings if f.kind == "refused"}
+    assert refused["Merger.forward: self.get_window_index"] == (
+        "`self.get_window_index` takes no `num_patches`: the helper it calls is not the proven one"
+    )
+    assert "num_patches" not in change.rewritten.split("class Merger")[1]
+
+
+def test_the_committed_table_names_calls_the_installed_models_make():
+    """Every entry of vision_patch_counts.json is a call transformers makes, and each is rewritten."""
+    root = find_transformers().root
+    missing = []
+    for model, sites in counted_calls().items():
+        path = root / "models" / model / f"modeling_{model}.py"
+        if not path.is_file():
+            continue  # a model of another release
+        change = run_codemods(
+            path.read_text(encoding="utf-8"),
+            path.name,
+            f"transformers.models.{model}.modeling_{model}",
+            (VisionGridLoops,),
+        )
+        rewritten = {f.construct for f in change.findings if f.kind == "rewritten"}
+        missing += [
+            f"{model}: {site.function}: {site.call}"
+            for site in sites
+            if f"{site.function}: {site.call}" not in rewritten
+        ]
+    assert not missing

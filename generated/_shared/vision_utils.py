@@ -42,8 +42,22 @@ from transformers.utils.generic import get_max_seqlen
 logger = logging.get_logger(__name__)
 
 
+def vision_segments(counts: torch.Tensor, total: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each element of consecutive segments of `counts` elements: its segment and its index in the segment. With
+    `total` (the caller's size, `counts.sum()`) every size is the caller's; without it, the number of elements is a
+    data-dependent size (`repeat_interleave`'s), which runtimes that plan memory ahead (ExecuTorch) cannot bound."""
+    ends = counts.cumsum(0)
+    if total is None:
+        segment = torch.repeat_interleave(torch.arange(counts.shape[0], device=counts.device), counts)
+    else:
+        torch._assert_async(counts.sum() == total)
+        # the segment of element i: how many segments end at or before it
+        segment = (torch.arange(total, device=counts.device)[:, None] >= ends).sum(-1)
+    return segment, torch.arange(segment.shape[0], device=counts.device) - (ends - counts)[segment]
+
+
 def vision_position_ids_from_grid(
-    grid_thw: torch.Tensor, spatial_merge_size: int | torch.Tensor, include_temporal: bool
+    grid_thw: torch.Tensor, spatial_merge_size: int | torch.Tensor, include_temporal: bool, num_patches: int | None
 ) -> torch.Tensor:
     """`get_vision_position_ids` with tensor ops instead of a loop over the images (for torch.export, where the ints
     of `grid_thw.tolist()` are data-dependent): each patch's frame, row and column from its index in the packed
@@ -55,13 +69,9 @@ def vision_position_ids_from_grid(
     else:  # one per image
         merges = spatial_merge_size.to(grid.device, torch.long)
     torch._assert_async(((heights % merges == 0) & (widths % merges == 0)).all())
-    counts = frames * heights * widths
     # per patch: its image's height, width and merge size, and its index within the image
-    height = torch.repeat_interleave(heights, counts)
-    width = torch.repeat_interleave(widths, counts)
-    merge = torch.repeat_interleave(merges, counts)
-    starts = torch.repeat_interleave(counts.cumsum(0) - counts, counts)
-    index = torch.arange(starts.shape[0], device=grid.device) - starts
+    image, index = vision_segments(frames * heights * widths, num_patches)
+    height, width, merge = heights[image], widths[image], merges[image]
     frame, within = index // (height * width), index % (height * width)
     block, blocks_per_row = within // (merge * merge), width // merge
     rows = block // blocks_per_row * merge + within // merge % merge
@@ -70,7 +80,7 @@ def vision_position_ids_from_grid(
 
 
 def vision_window_index_from_grid(
-    grid_thw: torch.Tensor, spatial_merge_size: int, window_size: int, patch_size: int
+    grid_thw: torch.Tensor, spatial_merge_size: int, window_size: int, patch_size: int, num_patches: int | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`get_vision_window_index` with tensor ops instead of a loop over the images (for torch.export, where the ints
     of `grid_thw.tolist()` are data-dependent): each merged token's window, numbered over the images and frames in the
@@ -82,20 +92,17 @@ def vision_window_index_from_grid(
     # windows per frame: the loop pads each side by `side - n % side` (a whole empty window when `n % side == 0`)
     window_rows = (rows + side - rows % side) // side
     window_columns = (columns + side - columns % side) // side
-    tokens = frames * rows * columns
     # per merged token, in the grid's order: its image's sizes and its index within the image
-    starts = torch.repeat_interleave(tokens.cumsum(0) - tokens, tokens)
-    index = torch.arange(starts.shape[0], device=grid.device) - starts
-    token_rows = torch.repeat_interleave(rows, tokens)
-    token_columns = torch.repeat_interleave(columns, tokens)
+    tokens = None if num_patches is None else num_patches // spatial_merge_size**2
+    image, index = vision_segments(frames * rows * columns, tokens)
+    token_rows, token_columns = rows[image], columns[image]
     frame = index // (token_rows * token_columns)
     row = index // token_columns % token_rows
     column = index % token_columns
     # each token's window, numbered over the images and frames, and its place in the window
     windows = frames * window_rows * window_columns
-    first = torch.repeat_interleave(windows.cumsum(0) - windows, tokens)
-    per_frame = torch.repeat_interleave(window_rows * window_columns, tokens)
-    across = torch.repeat_interleave(window_columns, tokens)
+    first = (windows.cumsum(0) - windows)[image]
+    per_frame, across = (window_rows * window_columns)[image], window_columns[image]
     window = first + frame * per_frame + row // side * across + column // side
     window_index = torch.argsort((window * side + row % side) * side + column % side)
     # the end of each window that holds tokens, counted in patches
@@ -107,18 +114,17 @@ def vision_window_index_from_grid(
     return window_index, cu_window_seqlens
 
 
-def vision_nearest_position_ids_from_sizes(target_sizes: torch.Tensor, num_patches_per_side: int) -> torch.Tensor:
+def vision_nearest_position_ids_from_sizes(
+    target_sizes: torch.Tensor, num_patches_per_side: int, num_patches: int | None
+) -> torch.Tensor:
     """`get_vision_nearest_position_ids` with tensor ops instead of a loop over the images (for torch.export, where
     the ints of `target_sizes.tolist()` are data-dependent): each patch's row and column, in raster order, divided by
     its image's height and width and bucketized as the loop does."""
     sizes = target_sizes.long()
     heights, widths = sizes[:, 0], sizes[:, 1]
     boundaries = torch.arange(1 / num_patches_per_side, 1.0, 1 / num_patches_per_side, device=target_sizes.device)
-    counts = heights * widths
-    starts = torch.repeat_interleave(counts.cumsum(0) - counts, counts)
-    index = torch.arange(starts.shape[0], device=target_sizes.device) - starts
-    height = torch.repeat_interleave(heights, counts)
-    width = torch.repeat_interleave(widths, counts)
+    image, index = vision_segments(heights * widths, num_patches)
+    height, width = heights[image], widths[image]
     bucket_rows = torch.bucketize(index // width / height, boundaries, right=True)
     bucket_columns = torch.bucketize(index % width / width, boundaries, right=True)
     return bucket_rows * num_patches_per_side + bucket_columns
@@ -168,6 +174,7 @@ def get_vision_position_ids(
     spatial_merge_size: int | torch.Tensor,
     include_temporal: bool = False,
     kwargs: dict | None = None,
+    num_patches: int | None = None,
 ) -> torch.Tensor:
     """Get position IDs for vision rotary embeddings, or pop from `kwargs` if precomputed.
 
@@ -176,6 +183,9 @@ def get_vision_position_ids(
         spatial_merge_size: merge block size — either a single `int` (same for all images)
             or a `(num_images_or_videos,)` tensor (per-image).
         kwargs: optional caller kwargs — if it contains `"position_ids"` it is popped and returned.
+        num_patches: optional, the number of patches the sizes describe (the packed sequence's length),
+            which the caller holds: under `torch.export` the result is sized by it instead of by a
+            data-dependent size.
         include_temporal: when ``True``, prepend a temporal-index column and return
             `(total_tokens, 3)` — for encoders whose rotary embedding rotates T/H/W axes
             (minimax_m3_vl). When ``False`` (default), return `(total_tokens, 2)` for the
@@ -191,7 +201,7 @@ def get_vision_position_ids(
 
     if torch.compiler.is_exporting():
         # The loop's Python ints would be data-dependent sizes: the same result from tensor ops
-        return vision_position_ids_from_grid(grid_thw, spatial_merge_size, include_temporal)
+        return vision_position_ids_from_grid(grid_thw, spatial_merge_size, include_temporal, num_patches)
     else:
         device = grid_thw.device
         if isinstance(spatial_merge_size, int):
@@ -222,6 +232,7 @@ def get_vision_window_index(
     window_size: int,
     patch_size: int,
     kwargs: dict | None = None,
+    num_patches: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Get window attention indices, or pop `"window_index"`/`"cu_window_seqlens"` from `kwargs` if both precomputed.
 
@@ -231,6 +242,9 @@ def get_vision_window_index(
         window_size: window size from vision config.
         patch_size: patch size from vision config.
         kwargs: optional caller kwargs — if it contains both `"window_index"` and `"cu_window_seqlens"` they are popped and returned.
+        num_patches: optional, the number of patches the sizes describe (the packed sequence's length),
+            which the caller holds: under `torch.export` the result is sized by it instead of by a
+            data-dependent size.
 
     Returns:
         `window_index`: `(total_tokens,)` long — reorder indices for windowed attention.
@@ -243,7 +257,7 @@ def get_vision_window_index(
             return window_index, cu_window_seqlens
     if torch.compiler.is_exporting():
         # The loop's Python ints would be data-dependent sizes: the same result from tensor ops
-        return vision_window_index_from_grid(grid_thw, spatial_merge_size, window_size, patch_size)
+        return vision_window_index_from_grid(grid_thw, spatial_merge_size, window_size, patch_size, num_patches)
     else:
         window_index: list = []
         cu_window_seqlens: list = [0]
@@ -422,7 +436,7 @@ def get_vision_bilinear_indices_and_weights(
 
 
 def get_vision_nearest_position_ids(
-    target_sizes: torch.Tensor, num_patches_per_side: int, kwargs: dict | None = None
+    target_sizes: torch.Tensor, num_patches_per_side: int, kwargs: dict | None = None, num_patches: int | None = None
 ) -> torch.Tensor:
     """Get nearest-neighbor position IDs into a `num_patches_per_side**2` 2-D table, or pop
     from `kwargs` if precomputed.
@@ -435,6 +449,9 @@ def get_vision_nearest_position_ids(
         target_sizes: `(num_images, 2)` int — `(h, w)` per image.
         num_patches_per_side: side length of the learned 2-D position-embedding grid.
         kwargs: optional caller kwargs — if it contains `"position_ids"` it is popped and returned.
+        num_patches: optional, the number of patches the sizes describe (the packed sequence's length),
+            which the caller holds: under `torch.export` the result is sized by it instead of by a
+            data-dependent size.
 
     Returns:
         `position_ids`: `(sum(h_i * w_i),)` long — flat indices into a `num_patches_per_side**2` table.
@@ -443,7 +460,7 @@ def get_vision_nearest_position_ids(
         return pos_ids
     if torch.compiler.is_exporting():
         # The loop's Python ints would be data-dependent sizes: the same result from tensor ops
-        return vision_nearest_position_ids_from_sizes(target_sizes, num_patches_per_side)
+        return vision_nearest_position_ids_from_sizes(target_sizes, num_patches_per_side, num_patches)
     else:
         device = target_sizes.device
         boundaries = torch.arange(1 / num_patches_per_side, 1.0, 1 / num_patches_per_side, device=device)
