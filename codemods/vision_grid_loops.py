@@ -56,6 +56,7 @@ import libcst.matchers as m
 
 from ._bindings import bound_at, parameter_names
 from ._candidates import CandidateStatements
+from ._imports import add_from_import
 from ._walks import ReplaceNodes, nodes_in, replace_in_statements
 from .base import EXPORTING, Codemod, export_twin, formatted_block, imports_torch
 
@@ -179,6 +180,35 @@ TWINS = {
     ),
 }
 
+PIXEL_SHUFFLE_INDEX = '''def vision_pixel_shuffle_index_from_grid(
+    grid_thw: torch.Tensor, merge_size: int, num_patches: int | None
+) -> torch.Tensor:
+    """`get_vision_pixel_shuffle_index` with tensor ops instead of a loop over the images (for torch.export, where the
+    ints of `grid_thw.tolist()` are data-dependent): for each place of the packed sequence in `merge x merge` block
+    order, the raster index of the patch it takes, offset by its frame and image."""
+    grid = grid_thw.long()
+    frames, heights, widths = grid[:, 0], grid[:, 1], grid[:, 2]
+    counts = frames * heights * widths
+    image, index = vision_segments(counts, num_patches)
+    height, width = heights[image], widths[image]
+    frame, within = index // (height * width), index % (height * width)
+    block, blocks_per_row = within // (merge_size * merge_size), width // merge_size
+    rows = block // blocks_per_row * merge_size + within // merge_size % merge_size
+    columns = block % blocks_per_row * merge_size + within % merge_size
+    return (counts.cumsum(0) - counts)[image] + frame * height * width + rows * width + columns
+'''
+
+# Loops of the same kind that models define in their own module (Muse Spark, Muse Glimmer): rewritten there, their
+# helper beside them, `vision_segments` imported from the rewritten `vision_utils`
+LOCAL_TWINS = {
+    "get_vision_pixel_shuffle_index": Twin(
+        "22b44ae1acc503bc3ce192224e8253e502659c1245fc7980ad29e901f270638b",
+        "vision_pixel_shuffle_index_from_grid",
+        PIXEL_SHUFFLE_INDEX,
+        "vision_pixel_shuffle_index_from_grid(grid_thw, merge_size, num_patches)",
+    ),
+}
+
 # The parameter each rewritten function gains, and its line in the docstring's `Args:` (after `kwargs:`)
 COUNT = "num_patches"
 COUNT_DOC = (
@@ -202,13 +232,13 @@ def fingerprint(statements: list[cst.BaseStatement]) -> str:
     return hashlib.sha256(ast.dump(ast.parse(textwrap.dedent(code))).encode()).hexdigest()
 
 
-def proven(function: cst.FunctionDef) -> str | None:
-    """Why `function` (of `TWINS`) cannot be rewritten, or None when its statements after its first `if` (which
+def proven(function: cst.FunctionDef, twins: dict[str, Twin] = TWINS) -> str | None:
+    """Why `function` (of `twins`) cannot be rewritten, or None when its statements after its first `if` (which
     returns tensors passed in `kwargs`) are the proven ones."""
     statements = list(function.body.body)
     ifs = [i for i, inner in enumerate(statements) if isinstance(inner, cst.If)]
     start = ifs[0] + 1 if ifs else len(statements)
-    if start >= len(statements) or fingerprint(statements[start:]) != TWINS[function.name.value].fingerprint:
+    if start >= len(statements) or fingerprint(statements[start:]) != twins[function.name.value].fingerprint:
         return "its statements are not the ones whose tensor-ops form was proven equal"
     return None
 
@@ -257,7 +287,7 @@ class VisionGridLoops(Codemod):
 
     @classmethod
     def might_apply(cls, source: str) -> bool:
-        return any(f"{name}(" in source for name in TWINS)
+        return any(f"{name}(" in source for name in (*TWINS, *LOCAL_TWINS))
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         if self.context.full_module_name == MODULE:
@@ -269,20 +299,47 @@ class VisionGridLoops(Codemod):
 
     def _rewrite_helpers(self, tree: cst.Module) -> cst.Module:
         """`transformers.vision_utils`: each proven function returns its helper's result under export, and takes the
-        caller's `num_patches`."""
+        caller's `num_patches`; the helpers go before the first function, `vision_segments` first."""
+        body, helpers = self._rewrite_functions(tree, TWINS, extra=SEGMENTS_HELPER)
+        if not helpers:
+            return tree
+        first = next(i for i, stmt in enumerate(body) if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)))
+        added = [_helper(code) for code in (SEGMENTS, *(code for _, code in helpers))]
+        return tree.with_changes(body=[*body[:first], *added, *body[first:]])
+
+    def _rewrite_local_helpers(self, tree: cst.Module) -> tuple[cst.Module, frozenset[str]]:
+        """A model module's own loops of `LOCAL_TWINS` (when `vision_utils` is rewritten: their helpers use its
+        `vision_segments`), each helper just before its function; and the names of the rewritten functions."""
+        if not counted_functions() or not any(
+            isinstance(stmt, cst.FunctionDef) and stmt.name.value in LOCAL_TWINS for stmt in tree.body
+        ):
+            return tree, frozenset()
+        body, helpers = self._rewrite_functions(tree, LOCAL_TWINS)
+        if not helpers:
+            return tree, frozenset()
+        at = dict(helpers)
+        rewritten = frozenset(body[index].name.value for index in at)
+        body = [
+            new for index, stmt in enumerate(body) for new in ((_helper(at[index]), stmt) if index in at else (stmt,))
+        ]
+        return add_from_import(tree.with_changes(body=body), "vision_utils", 3, SEGMENTS_HELPER), rewritten
+
+    def _rewrite_functions(self, tree: cst.Module, twins: dict[str, Twin], extra: str | None = None):
+        """The module's statements with each proven function of `twins` rewritten, and (index, helper code) of each."""
         defined = {stmt.name.value for stmt in tree.body if isinstance(stmt, (cst.FunctionDef, cst.ClassDef))}
         body, helpers = list(tree.body), []
         for index, stmt in enumerate(tree.body):
-            if not isinstance(stmt, cst.FunctionDef) or stmt.name.value not in TWINS:
+            if not isinstance(stmt, cst.FunctionDef) or stmt.name.value not in twins:
                 continue
-            twin = TWINS[stmt.name.value]
+            twin = twins[stmt.name.value]
             statements = list(stmt.body.body)
             if any(isinstance(inner, cst.If) and m.matches(inner.test, EXPORTING) for inner in statements):
                 continue  # rewritten by an earlier run
             line = self.top_level_line(tree, stmt)
-            reason = proven(stmt)
-            if reason is None and (twin.helper in defined or SEGMENTS_HELPER in defined):
-                reason = f"the module already defines `{twin.helper if twin.helper in defined else SEGMENTS_HELPER}`"
+            reason = proven(stmt, twins)
+            taken = [name for name in (twin.helper, extra) if name in defined]
+            if reason is None and taken:
+                reason = f"the module already defines `{taken[0]}`"
             elif reason is None and COUNT in parameter_names(stmt.params):
                 reason = f"it already has a parameter `{COUNT}`"
             elif reason is None and not imports_torch(tree):
@@ -296,21 +353,15 @@ class VisionGridLoops(Codemod):
             body[index] = with_count_documented(
                 with_count(stmt, 0).with_changes(body=stmt.body.with_changes(body=statements))
             )
-            helpers.append(twin.code)
+            helpers.append((index, twin.code))
             self.report(line, "rewritten", stmt.name.value, "computes its result with tensor ops under export")
-        if not helpers:
-            return tree
-        # the helpers go before the first function (the rewritten ones are functions of the module), in file order
-        first = next(i for i, stmt in enumerate(body) if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)))
-        added = [
-            cst.parse_statement(code).with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-            for code in (SEGMENTS, *helpers)
-        ]
-        return tree.with_changes(body=[*body[:first], *added, *body[first:]])
+        return body, helpers
 
     def _pass_counts(self, tree: cst.Module, model: str) -> cst.Module:
-        """A model module: the calls of the rewritten functions that `vision_patch_counts.json` lists pass their patch
-        count; the other calls are reported (under export, their result keeps a data-dependent size)."""
+        """A model module: its own loops of `LOCAL_TWINS` rewritten, then the calls of the rewritten functions that
+        `vision_patch_counts.json` lists pass their patch count; the other calls are reported (under export, their
+        result keeps a data-dependent size)."""
+        tree, local = self._rewrite_local_helpers(tree)
         sites = {(site.function, site.call): site for site in counted_calls().get(model, ())}
         # a method in between takes the count when the helper it calls does (it then gains the parameter)
         forwarding = {site.function.rsplit(".", 1)[-1] for site in sites.values() if site.parameter}
@@ -319,14 +370,16 @@ class VisionGridLoops(Codemod):
             for name in forwarding
             if all(site.call in counted_functions() for site in sites.values() if site.function.endswith(f".{name}"))
         }
-        takes_count = counted_functions() | {call for _, call in sites if call.rsplit(".", 1)[-1] in forwarding}
-        called = set(TWINS) | {call for _, call in sites}
+        takes_count = (
+            counted_functions() | local | {call for _, call in sites if call.rsplit(".", 1)[-1] in forwarding}
+        )
+        called = set(TWINS) | set(LOCAL_TWINS) | {call for _, call in sites}
         holders = [stmt for stmt in tree.body if any(f"{name}(" in self.statement_code(tree, stmt) for name in called)]
         positions = CandidateStatements(self, tree, holders, kinds=(cst.SimpleStatementLine,))
         replacements = {}
         for stmt in holders:
             for qualname, function, depth in _functions(stmt):
-                names = set(TWINS) | {call for function_name, call in sites if function_name == qualname}
+                names = set(TWINS) | set(LOCAL_TWINS) | {call for name, call in sites if name == qualname}
                 calls = [
                     call for call in _call_statements(function.body, names, depth + 1) if not _passes_count(*call)
                 ]
@@ -345,7 +398,7 @@ class VisionGridLoops(Codemod):
                             "no patch count is known for this call (vision_patch_counts.json): under export its "
                             "result has a data-dependent size"
                         )
-                    elif name not in takes_count and name in TWINS:
+                    elif name not in takes_count and (name in TWINS or name in LOCAL_TWINS):
                         reason = f"transformers' `{name}` is not the proven one: it takes no `{COUNT}`"
                     elif name not in takes_count:
                         reason = f"`{name}` takes no `{COUNT}`: the helper it calls is not the proven one"
@@ -366,6 +419,10 @@ class VisionGridLoops(Codemod):
 
 
 _NO_SITE = CountedCall("", "", "", False)
+
+
+def _helper(code: str) -> cst.BaseStatement:
+    return cst.parse_statement(code).with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
 
 
 def _functions(stmt: cst.BaseStatement):

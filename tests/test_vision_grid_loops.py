@@ -29,7 +29,7 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 import transformers
 from transformers import vision_utils
 
-from codemods.vision_grid_loops import SEGMENTS, TWINS, CountedCall, VisionGridLoops, counted_calls
+from codemods.vision_grid_loops import LOCAL_TWINS, SEGMENTS, TWINS, CountedCall, VisionGridLoops, counted_calls
 from exportsmith.discover import find_transformers
 from exportsmith.pipeline import run_codemods
 
@@ -330,3 +330,43 @@ def test_the_committed_table_names_calls_the_installed_models_make():
             if f"{site.function}: {site.call}" not in rewritten
         ]
     assert not missing
+
+
+@pytest.mark.parametrize("counted", [False, True])
+def test_the_tensor_ops_form_gives_a_models_own_loops_result_exactly(counted: bool):
+    """`LOCAL_TWINS`: Muse Spark's `get_vision_pixel_shuffle_index`, over random grids, frames and merge sizes."""
+    try:
+        from transformers.models.muse_spark.modeling_muse_spark import get_vision_pixel_shuffle_index
+    except ImportError:
+        pytest.skip(f"transformers {transformers.__version__} has no muse_spark")
+    namespace = {"torch": torch}
+    exec(compile(SEGMENTS + LOCAL_TWINS["get_vision_pixel_shuffle_index"].code, "<helper>", "exec"), namespace)
+    helper = namespace["vision_pixel_shuffle_index_from_grid"]
+    for seed in range(40):
+        for grid, merge in _grids(seed):
+            if not isinstance(merge, int):
+                continue  # one merge size for all images, as the model's
+            expected = get_vision_pixel_shuffle_index(grid, merge)
+            actual = helper(grid, merge, int(grid.prod(-1).sum()) if counted else None)
+            assert actual.dtype == expected.dtype and torch.equal(actual, expected), (grid.tolist(), merge)
+
+
+def test_a_models_own_loop_other_than_the_proven_one_is_refused_and_its_call_passes_nothing():
+    path = find_transformers().root / "models" / "muse_spark" / "modeling_muse_spark.py"
+    if not path.is_file():
+        pytest.skip(f"transformers {transformers.__version__} has no muse_spark")
+    source = path.read_text(encoding="utf-8")
+    changed = source.replace(
+        "permutation = permutation.permute(0, 2, 1, 3)", "permutation = permutation.permute(0, 1, 2, 3)"
+    )
+    assert changed != source
+    module = "transformers.models.muse_spark.modeling_muse_spark"
+    change = run_codemods(changed, path.name, module, codemods=(VisionGridLoops,))
+    refused = {f.construct: f.reason for f in change.findings if f.kind == "refused"}
+    assert refused["get_vision_pixel_shuffle_index"] == (
+        "its statements are not the ones whose tensor-ops form was proven equal"
+    )
+    assert refused["MuseSparkVisionModel.pixel_shuffle: get_vision_pixel_shuffle_index"] == (
+        "transformers' `get_vision_pixel_shuffle_index` is not the proven one: it takes no `num_patches`"
+    )
+    assert "vision_pixel_shuffle_index_from_grid" not in change.rewritten
