@@ -198,14 +198,29 @@ PIXEL_SHUFFLE_INDEX = '''def vision_pixel_shuffle_index_from_grid(
     return (counts.cumsum(0) - counts)[image] + frame * height * width + rows * width + columns
 '''
 
-# Loops of the same kind that models define in their own module (Muse Spark, Muse Glimmer): rewritten there, their
-# helper beside them, `vision_segments` imported from the rewritten `vision_utils`
+FRAME_INDEX = '''def vision_frame_index_from_grid(grid_thw: torch.Tensor, num_patches: int | None) -> torch.Tensor:
+    """`get_vision_frame_index` with tensor ops instead of a loop over the clips (for torch.export, where the ints of
+    `grid_thw.tolist()` are data-dependent): each patch's frame, plus one in clips of more than one frame."""
+    grid = grid_thw.long()
+    frames, heights, widths = grid[:, 0], grid[:, 1], grid[:, 2]
+    clip, index = vision_segments(frames * heights * widths, num_patches)
+    return index // (heights * widths)[clip] + (frames[clip] > 1).long()
+'''
+
+# Loops of the same kind that models define in their own module (Muse Spark, Muse Glimmer, Kimi K2.5): rewritten
+# there, their helper beside them, `vision_segments` imported from the rewritten `vision_utils`
 LOCAL_TWINS = {
     "get_vision_pixel_shuffle_index": Twin(
         "22b44ae1acc503bc3ce192224e8253e502659c1245fc7980ad29e901f270638b",
         "vision_pixel_shuffle_index_from_grid",
         PIXEL_SHUFFLE_INDEX,
         "vision_pixel_shuffle_index_from_grid(grid_thw, merge_size, num_patches)",
+    ),
+    "get_vision_frame_index": Twin(
+        "81e7326fafa865a582809de645aba42d393600a55226b13e248b68605087861c",
+        "vision_frame_index_from_grid",
+        FRAME_INDEX,
+        "vision_frame_index_from_grid(grid_thw, num_patches)",
     ),
 }
 

@@ -333,6 +333,23 @@ def test_the_committed_table_names_calls_the_installed_models_make():
 
 
 @pytest.mark.parametrize("counted", [False, True])
+def test_the_tensor_ops_form_gives_kimis_frame_index_exactly(counted: bool):
+    """`LOCAL_TWINS`: Kimi K2.5's `get_vision_frame_index` (images and clips of one to three frames)."""
+    try:
+        from transformers.models.kimi_k25.modeling_kimi_k25 import get_vision_frame_index
+    except ImportError:
+        pytest.skip(f"transformers {transformers.__version__} has no kimi_k25")
+    namespace = {"torch": torch}
+    exec(compile(SEGMENTS + LOCAL_TWINS["get_vision_frame_index"].code, "<helper>", "exec"), namespace)
+    helper = namespace["vision_frame_index_from_grid"]
+    for seed in range(40):
+        for grid, _ in _grids(seed):
+            expected = get_vision_frame_index(grid)
+            actual = helper(grid, int(grid.prod(-1).sum()) if counted else None)
+            assert actual.dtype == expected.dtype and torch.equal(actual, expected), grid.tolist()
+
+
+@pytest.mark.parametrize("counted", [False, True])
 def test_the_tensor_ops_form_gives_a_models_own_loops_result_exactly(counted: bool):
     """`LOCAL_TWINS`: Muse Spark's `get_vision_pixel_shuffle_index`, over random grids, frames and merge sizes."""
     try:
