@@ -11,9 +11,10 @@ result is computed in the graph, for any number of images of any sizes:
 - `get_vision_position_ids` (rotary position ids of the Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V, PaddleOCR-VL towers):
   each patch's frame, row and column, laid out block-major over the merge blocks;
 - `get_vision_window_index` (Qwen2.5-VL, MiniCPM-V 4.6, Exaone 4.5, Muse Spark windowed attention): each merged
-  token's window, numbered over images, frames and the loop's padded window grid; the tokens sorted by (window, row,
-  column in the window) give the window order, and the ends of the windows that hold tokens the cumulative lengths
-  (the loop's list without the repeats an empty window leaves, which it removes with `unique_consecutive`);
+  token's window, numbered over images, frames and the loop's padded window grid; each token's place in the window
+  order (by window, then row and column in the window) counted in closed form and inverted by `index_put` (no sort:
+  ExecuTorch has no sort kernel), and the ends of the windows that hold tokens the cumulative lengths (the loop's list
+  without the repeats an empty window leaves, which it removes with `unique_consecutive`);
 - `get_vision_nearest_position_ids` (MiniCPM-V's NaViT packing): each patch's row and column divided by its image's
   height and width, bucketized as the loop does.
 
@@ -113,8 +114,9 @@ WINDOW_INDEX = '''def vision_window_index_from_grid(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`get_vision_window_index` with tensor ops instead of a loop over the images (for torch.export, where the ints
     of `grid_thw.tolist()` are data-dependent): each merged token's window, numbered over the images and frames in the
-    loop's order; the tokens sorted by (window, row and column in the window) are the window order, and the ends of
-    the windows that hold tokens are the cumulative lengths (the loop's, without the repeats of empty windows)."""
+    loop's order; each token's place in the window order (by window, then row and column in the window) counted in
+    closed form, no sort; the ends of the windows that hold tokens are the cumulative lengths (the loop's, without
+    the repeats of empty windows)."""
     grid = grid_thw.long()
     side = window_size // spatial_merge_size // patch_size  # merged tokens per window side
     frames, rows, columns = grid[:, 0], grid[:, 1] // spatial_merge_size, grid[:, 2] // spatial_merge_size
@@ -133,10 +135,18 @@ WINDOW_INDEX = '''def vision_window_index_from_grid(
     first = (windows.cumsum(0) - windows)[image]
     per_frame, across = (window_rows * window_columns)[image], window_columns[image]
     window = first + frame * per_frame + row // side * across + column // side
-    window_index = torch.argsort((window * side + row % side) * side + column % side)
+    # each token's place in the window order: after the tokens of the frames before its own, of the window rows above
+    # it, and of the windows before it in its window row (`side` columns wide, as tall as its window row), at its place
+    # in its own window (the last window of a row or column may be smaller); window_index is its inverse
+    position = torch.arange(index.shape[0], device=grid.device)
+    height = (token_rows - row // side * side).clamp(max=side)
+    width = (token_columns - column // side * side).clamp(max=side)
+    frame_start = position - (row * token_columns + column)
+    place = frame_start + row // side * side * token_columns + column // side * side * height
+    place = place + row % side * width + column % side
+    window_index = torch.empty_like(place).index_put_((place,), position)
     # the end of each window that holds tokens, counted in patches
     ordered = window[window_index]
-    position = torch.arange(ordered.shape[0], device=grid.device)
     following = ordered[(position + 1).clamp(max=ordered.shape[0] - 1)]
     ends = torch.nonzero((ordered != following) | (position == ordered.shape[0] - 1)).flatten() + 1
     cu_window_seqlens = torch.nn.functional.pad(ends * spatial_merge_size**2, (1, 0)).to(torch.int32)
