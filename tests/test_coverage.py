@@ -61,7 +61,10 @@ def test_the_table_counts_each_subject_and_keeps_the_failure_class():
     )
     assert "| d | FooModel | not run | not run | **export-error**: E | – | – | – |" in text
     # the ExecuTorch column, not swept: not run where the copy verifies, not tried where it does not
-    assert "- **executorch**: 0 of 4 architectures lower to ExecuTorch and match eager in its runtime (0.0%; 3 not" in text
+    assert (
+        "- **executorch**: 0 of 4 architectures lower to ExecuTorch and match eager in its runtime (0.0%; 3 not"
+        in text
+    )
     assert f"transformers {data['transformers']}, torch {data['torch']}" in text
     # moves against the original, among the model types both columns swept
     assert data["moves"] == {"fixed": ["a"], "broken": [], "needs": {"cond-branches": ["a"]}}
@@ -252,7 +255,9 @@ def test_columns_without_records_keep_a_table_of_this_harness_and_its_own_carrie
     coverage_sweep = coverage.sweep
     try:
         coverage.sweep = lambda types, *args, **kwargs: swept.extend(types)
-        coverage.sweep_column("onnx", ["a", "b"], Path("/nonexistent"), Path("/nonexistent/generated"), 1, 1.0, earlier)
+        coverage.sweep_column(
+            "onnx", ["a", "b"], Path("/nonexistent"), Path("/nonexistent/generated"), 1, 1.0, earlier
+        )
     finally:
         coverage.sweep = coverage_sweep
     assert swept == ["a"]
@@ -360,3 +365,15 @@ def test_compare_lists_the_types_that_moved_between_two_tables():
     assert text.splitlines()[0] == "transformers 5.24.0 (2026-12-01) -> 5.25.0 (2026-12-01)"
     assert "model types: 1 new (added), 1 gone (gone)" in text
     assert "generated: 2 -> 2 ok; 1 fail now (a); 1 pass now (b)" in text
+
+
+def test_configuration_types_without_a_model_class_are_counted_apart():
+    """A sub-model's configuration (sam_mask_decoder) has no model class: nothing to export, not an architecture."""
+    no_class = record("build", "LookupError: no model class for SamMaskDecoderConfig in the auto mappings or its ...")
+    records = {subject: {"a": record("ok"), "m": no_class} for subject in ("original", "dynamo-exporter", "generated")}
+    data = coverage.table(records, ["a", "m"], {})
+    assert data["total"] == 1 and data["configurations"] == ["m"]
+    text = coverage.markdown(data, {})
+    assert "- **generated**: 1 of 1 architectures export and match eager (100.0%)" in text
+    assert "- counted apart: 1 configuration types with no model class of their own" in text
+    assert "| m | FooModel | **build**: LookupError: no model class for SamMaskDecoderConfig" in text

@@ -47,6 +47,7 @@ from exportsmith.verify.check import SUBJECTS
 from exportsmith.verify.isolate import JOBS, check_executorch, check_export, check_onnx, recorded, sweep
 from exportsmith.verify.executorch_check import EXECUTORCH_MAX_ABS_DIFF
 from exportsmith.verify.onnx_check import ONNX_MAX_ABS_DIFF
+from exportsmith.verify.tasks import NO_MODEL_CLASS as NO_CLASS
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "python tools/coverage.py"
@@ -61,6 +62,7 @@ GREEDY = "greedy"  # not swept: read from the generated column's records
 SWEPT = (*SUBJECTS, *RUNTIMES)
 DEFAULT_COLUMNS = (*SUBJECTS, ONNX)
 COLUMNS = (*SWEPT, GREEDY)
+NO_MODEL_CLASS = f"LookupError: {NO_CLASS} "  # the reason of a configuration type that has no model class
 SKIPPED = {"status": "skipped", "reason": "the generated copy does not verify with torch.export", "location": None}
 
 
@@ -244,6 +246,13 @@ def table(
     if any(cells.values()):
         carried["cells"] = {column: count for column, count in cells.items() if count}
     totals = {column: sum(row[column]["status"] == "ok" for row in rows) for column in COLUMNS}
+    # configuration types with no model class of their own (a sub-model's config, a processor-only type): nothing to
+    # export, so not architectures; their rows stay, counted apart
+    configurations = sorted(
+        row["model_type"]
+        for row in rows
+        if any(row[column].get("reason", "").startswith(NO_MODEL_CLASS) for column in SUBJECTS)
+    )
     moved = moves(rows, ablations)
     if "ablations" in empty:  # but a codemod deleted since has nothing left to need
         codemods = {codemod.NAME for codemod in ALL_CODEMODS}
@@ -253,7 +262,8 @@ def table(
         "torch": torch.__version__,
         "date": datetime.date.today().isoformat(),
         "command": COMMAND,
-        "total": len(model_types),
+        "total": len(model_types) - len(configurations),
+        "configurations": configurations,
         "ok": totals,
         "moves": moved,
         "since": since(baseline, rows),
@@ -338,6 +348,13 @@ def markdown(data: dict, model_seconds: dict[str, float]) -> str:
         f"- **{EXECUTORCH}**: {ok} of {total} architectures lower to ExecuTorch and match eager in its runtime"
         f" ({100 * ok / total:.1f}%{unswept(data, EXECUTORCH)})"
     )
+    configurations = data.get("configurations") or []
+    if configurations:
+        lines.append(
+            f"- counted apart: {len(configurations)} configuration types with no model class of their own, nothing"
+            f" to export (sub-model configurations, processor-only types; `{NO_MODEL_CLASS}...`):"
+            f" {', '.join(configurations)}"
+        )
     looped = [row for row in data["models"] if row[GREEDY]["status"] != "skipped"]
     lines.append(
         f"- **{GREEDY}**: {data['ok'][GREEDY]} of the {len(looped)} decoder and encoder-decoder LMs whose generated"
@@ -350,7 +367,7 @@ def markdown(data: dict, model_seconds: dict[str, float]) -> str:
         columns = [
             (
                 column
-                if not entry["cells"] or entry["cells"] == total
+                if not entry["cells"] or entry["cells"] == len(data["models"])
                 else f"{column} ({entry['cells']} cell{'s' * (entry['cells'] > 1)}, the others re-swept in this run)"
             )
             for column, entry in sorted(kept.items(), key=lambda item: (*COLUMNS, "ablations").index(item[0]))

@@ -84,6 +84,10 @@ ENCODER_MAPPINGS = (
 )
 
 
+# How the harness says a configuration type has no model class of its own (coverage counts such types apart)
+NO_MODEL_CLASS = "no model class for"
+
+
 def model_class(model_type: str) -> tuple[str, type]:
     """(task, class) to build for `model_type`."""
     for task, mapping in task_mappings():
@@ -115,7 +119,7 @@ def class_of_config(model_type: str) -> type:
             ):
                 candidates.append(candidate)
     if not candidates:
-        raise LookupError(f"no model class for {config_class.__name__} in the auto mappings or its modeling files")
+        raise LookupError(f"{NO_MODEL_CLASS} {config_class.__name__} in the auto mappings or its modeling files")
     # The plain `...Model` over heads; never the abstract `...PreTrainedModel`.
     return min(
         candidates,
