@@ -365,6 +365,10 @@ def test_compare_lists_the_types_that_moved_between_two_tables():
     assert text.splitlines()[0] == "transformers 5.24.0 (2026-12-01) -> 5.25.0 (2026-12-01)"
     assert "model types: 1 new (added), 1 gone (gone)" in text
     assert "generated: 2 -> 2 ok; 1 fail now (a); 1 pass now (b)" in text
+    # a column the new table did not sweep (a release swept for the generated column only) is said so, not 0 ok
+    for row in new["models"]:
+        row["onnx"] = {"status": "not-run"}
+    assert "onnx: not swept in the new table" in coverage.compare(old, new)
 
 
 def test_configuration_types_without_a_model_class_are_counted_apart():
