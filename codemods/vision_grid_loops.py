@@ -8,6 +8,10 @@ computes these tensors outside the graph and passes them as extra inputs. From e
 sequence, its image's sizes (`repeat_interleave` of the grid by the patch counts) and integer arithmetic, each helper's
 result is computed in the graph, for any number of images of any sizes:
 
+- `get_vision_cu_seqlens` (not a loop: `repeat_interleave` of each frame's size by the frame counts, whose length, the
+  number of frames, is data-dependent and unbounded): given the patch count, the segment starts are the patches first
+  in their frame (or clip), found by `nonzero`, a length bounded by the patch count, which ExecuTorch can plan;
+  `get_vision_attention_seqlens` takes the count too and passes it on;
 - `get_vision_position_ids` (rotary position ids of the Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V, PaddleOCR-VL towers):
   each patch's frame, row and column, laid out block-major over the merge blocks;
 - `get_vision_window_index` (Qwen2.5-VL, MiniCPM-V 4.6, Exaone 4.5, Muse Spark windowed attention): each merged
@@ -84,6 +88,23 @@ SEGMENTS = '''def vision_segments(counts: torch.Tensor, total: int | None) -> tu
         # the segment of element i: how many segments end at or before it
         segment = (torch.arange(total, device=counts.device)[:, None] >= ends).sum(-1)
     return segment, torch.arange(segment.shape[0], device=counts.device) - (ends - counts)[segment]
+'''
+
+CU_SEQLENS = '''def vision_cu_seqlens_from_grid(grid_thw: torch.Tensor, merge_temporal: bool, num_patches: int | None) -> torch.Tensor:
+    """`get_vision_cu_seqlens` under torch.export. With the number of patches, each segment (a frame, or a clip with
+    `merge_temporal`) starts where a patch is the first of its segment, found by `nonzero`: a length bounded by the
+    patch count, where `repeat_interleave` of the frames' sizes by the frame counts has one that no runtime planning
+    memory ahead (ExecuTorch) can bound. Without it, `get_vision_cu_seqlens`'s own computation."""
+    frames, heights, widths = grid_thw[:, 0], grid_thw[:, 1], grid_thw[:, 2]
+    if num_patches is None:
+        seqlens = frames * heights * widths if merge_temporal else torch.repeat_interleave(heights * widths, frames)
+        return torch.nn.functional.pad(seqlens.cumsum(dim=0, dtype=torch.int32), (1, 0), value=0)
+    # an empty frame or clip would be a segment that no patch starts
+    torch._assert_async((frames * heights * widths > 0).all())
+    image, index = vision_segments(frames * heights * widths, num_patches)
+    within = index if merge_temporal else index % (heights * widths)[image]
+    starts = torch.nonzero(within == 0).flatten()
+    return torch.cat([starts, starts.new_full((1,), num_patches)]).to(torch.int32)
 '''
 
 POSITION_IDS = '''def vision_position_ids_from_grid(
@@ -170,6 +191,12 @@ NEAREST_POSITION_IDS = '''def vision_nearest_position_ids_from_sizes(
 '''
 
 TWINS = {
+    "get_vision_cu_seqlens": Twin(
+        "103c6aa569920c8fad84c942d8615c65462fa29258f81b03e27ae1aa732cffa5",
+        "vision_cu_seqlens_from_grid",
+        CU_SEQLENS,
+        "vision_cu_seqlens_from_grid(grid_thw, merge_temporal, num_patches)",
+    ),
     "get_vision_position_ids": Twin(
         "e8373b4b9f22f05ba15c5b93fe92ebb1f98b9010b6c75978eb2893a8bbe0c9d9",
         "vision_position_ids_from_grid",
@@ -275,9 +302,19 @@ def counted_functions() -> frozenset[str]:
     spec = importlib.util.find_spec(MODULE)
     if spec is None or spec.origin is None:
         return frozenset()
-    tree = cst.parse_module(Path(spec.origin).read_text(encoding="utf-8"))
+    source = Path(spec.origin).read_text(encoding="utf-8")
+    tree = cst.parse_module(source)
     functions = [stmt for stmt in tree.body if isinstance(stmt, cst.FunctionDef) and stmt.name.value in TWINS]
-    return frozenset(function.name.value for function in functions if proven(function) is None)
+    rewritten = frozenset(function.name.value for function in functions if proven(function) is None)
+    defined = {stmt.name.value: stmt for stmt in tree.body if isinstance(stmt, cst.FunctionDef)}
+    forwarding = {
+        site.function
+        for site in FORWARDING
+        if site.call in rewritten
+        and site.function in defined
+        and f"{site.call}(" in tree.code_for_node(defined[site.function])
+    }
+    return rewritten | forwarding
 
 
 class CountedCall(NamedTuple):
@@ -288,6 +325,8 @@ class CountedCall(NamedTuple):
 
 
 COUNTS_FILE = Path(__file__).with_name("vision_patch_counts.json")
+# In `vision_utils` itself: a function that calls a rewritten one gains the parameter and passes it on
+FORWARDING = (CountedCall("get_vision_attention_seqlens", "get_vision_cu_seqlens", "num_patches", True),)
 
 
 @functools.cache
@@ -316,10 +355,11 @@ class VisionGridLoops(Codemod):
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         if self.context.full_module_name == MODULE:
-            return self._rewrite_helpers(tree)
+            return self._pass_counts(self._rewrite_helpers(tree), FORWARDING, frozenset())
         parts = (self.context.full_module_name or "").split(".")
         if len(parts) == 4 and parts[:2] == ["transformers", "models"]:
-            return self._pass_counts(tree, parts[2])
+            tree, local = self._rewrite_local_helpers(tree)
+            return self._pass_counts(tree, counted_calls().get(parts[2], ()), local)
         return tree
 
     def _rewrite_helpers(self, tree: cst.Module) -> cst.Module:
@@ -382,12 +422,11 @@ class VisionGridLoops(Codemod):
             self.report(line, "rewritten", stmt.name.value, "computes its result with tensor ops under export")
         return body, helpers
 
-    def _pass_counts(self, tree: cst.Module, model: str) -> cst.Module:
-        """A model module: its own loops of `LOCAL_TWINS` rewritten, then the calls of the rewritten functions that
-        `vision_patch_counts.json` lists pass their patch count; the other calls are reported (under export, their
-        result keeps a data-dependent size)."""
-        tree, local = self._rewrite_local_helpers(tree)
-        sites = {(site.function, site.call): site for site in counted_calls().get(model, ())}
+    def _pass_counts(self, tree: cst.Module, listed: tuple[CountedCall, ...], local: frozenset[str]) -> cst.Module:
+        """The calls of the rewritten functions (and of `local`, the module's own rewritten loops) that `listed` names
+        pass their patch count; the other calls are reported (under export, their result keeps a data-dependent
+        size)."""
+        sites = {(site.function, site.call): site for site in listed}
         # a method in between takes the count when the helper it calls does (it then gains the parameter)
         forwarding = {site.function.rsplit(".", 1)[-1] for site in sites.values() if site.parameter}
         forwarding = {

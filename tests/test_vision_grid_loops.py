@@ -74,6 +74,23 @@ def test_the_tensor_ops_form_gives_the_loops_ids_exactly(include_temporal: bool,
     assert torch.equal(helper(grid, 2, False), vision_utils.get_vision_position_ids(grid, 2))
 
 
+@pytest.mark.parametrize("merge_temporal", [False, True])
+@pytest.mark.parametrize("counted", [False, True])
+def test_the_export_form_gives_the_cumulative_lengths_exactly(merge_temporal: bool, counted: bool):
+    """Each frame (each clip with `merge_temporal`) a segment: the starts found with `nonzero` from the patch count
+    are transformers' `repeat_interleave` cumulative lengths, int32 as they are."""
+    helper = _helper("get_vision_cu_seqlens", counted)
+    for seed in range(40):
+        for grid, _ in _grids(seed):
+            expected = vision_utils.get_vision_cu_seqlens(grid, merge_temporal=merge_temporal)
+            actual = helper(grid, merge_temporal)
+            assert actual.dtype == expected.dtype and torch.equal(actual, expected), (grid.tolist(), merge_temporal)
+    # an empty frame would be a segment no patch starts: refused at run time, not another result
+    if counted:
+        with pytest.raises(RuntimeError):
+            helper(torch.tensor([[1, 2, 2], [2, 0, 4]]), merge_temporal)
+
+
 def _windows(seed: int):
     """(grid_thw, merge, window_size, patch_size): windows of 1 to 4 merged tokens a side."""
     generator = torch.Generator().manual_seed(seed)
@@ -121,9 +138,10 @@ def test_the_installed_helper_is_rewritten_once_and_both_arms_agree():
         pytest.skip(f"transformers {transformers.__version__} has no vision_utils")
     change = run_codemods(path.read_text(encoding="utf-8"), path.name, MODULE, codemods=(VisionGridLoops,))
     assert change.applied == ("vision-grid-loops",)
-    assert sorted((finding.kind, finding.construct) for finding in change.findings) == [
-        ("rewritten", function) for function in sorted(TWINS)
-    ]
+    assert sorted((finding.kind, finding.construct) for finding in change.findings) == sorted(
+        [("rewritten", function) for function in TWINS]
+        + [("rewritten", "get_vision_attention_seqlens: get_vision_cu_seqlens")]  # passes the count on
+    )
     again = run_codemods(change.rewritten, path.name, MODULE, codemods=(VisionGridLoops,))
     assert not again.changed and not again.findings
     module = _rewritten_module(change.rewritten)

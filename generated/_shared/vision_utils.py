@@ -56,6 +56,23 @@ def vision_segments(counts: torch.Tensor, total: int | None) -> tuple[torch.Tens
     return segment, torch.arange(segment.shape[0], device=counts.device) - (ends - counts)[segment]
 
 
+def vision_cu_seqlens_from_grid(grid_thw: torch.Tensor, merge_temporal: bool, num_patches: int | None) -> torch.Tensor:
+    """`get_vision_cu_seqlens` under torch.export. With the number of patches, each segment (a frame, or a clip with
+    `merge_temporal`) starts where a patch is the first of its segment, found by `nonzero`: a length bounded by the
+    patch count, where `repeat_interleave` of the frames' sizes by the frame counts has one that no runtime planning
+    memory ahead (ExecuTorch) can bound. Without it, `get_vision_cu_seqlens`'s own computation."""
+    frames, heights, widths = grid_thw[:, 0], grid_thw[:, 1], grid_thw[:, 2]
+    if num_patches is None:
+        seqlens = frames * heights * widths if merge_temporal else torch.repeat_interleave(heights * widths, frames)
+        return torch.nn.functional.pad(seqlens.cumsum(dim=0, dtype=torch.int32), (1, 0), value=0)
+    # an empty frame or clip would be a segment that no patch starts
+    torch._assert_async((frames * heights * widths > 0).all())
+    image, index = vision_segments(frames * heights * widths, num_patches)
+    within = index if merge_temporal else index % (heights * widths)[image]
+    starts = torch.nonzero(within == 0).flatten()
+    return torch.cat([starts, starts.new_full((1,), num_patches)]).to(torch.int32)
+
+
 def vision_position_ids_from_grid(
     grid_thw: torch.Tensor, spatial_merge_size: int | torch.Tensor, include_temporal: bool, num_patches: int | None
 ) -> torch.Tensor:
@@ -140,7 +157,7 @@ def vision_nearest_position_ids_from_sizes(
 
 
 def get_vision_cu_seqlens(
-    grid_thw: torch.Tensor, merge_temporal: bool = False, kwargs: dict | None = None
+    grid_thw: torch.Tensor, merge_temporal: bool = False, kwargs: dict | None = None, num_patches: int | None = None
 ) -> torch.Tensor:
     """Get cumulative sequence lengths from vision grid info, or pop from `kwargs` if precomputed.
 
@@ -151,18 +168,25 @@ def get_vision_cu_seqlens(
             the whole clip is a single segment (`t * h * w`), i.e. attention spans all frames
             jointly (the kimi_k25 convention).
         kwargs: optional caller kwargs — if it contains `"cu_seqlens"` it is popped and returned.
+        num_patches: optional, the number of patches the sizes describe (the packed sequence's length),
+            which the caller holds: under `torch.export` the result is sized by it instead of by a
+            data-dependent size.
 
     Returns:
         `cu_seqlens`: `(num_segments + 1,)` int32 cumulative sequence boundaries.
     """
     if kwargs is not None and (cu_seqlens := kwargs.pop("cu_seqlens", None)) is not None:
         return cu_seqlens
-    dtype = grid_thw.dtype if torch.jit.is_tracing() else torch.int32
-    if merge_temporal:
-        seqlens = grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]
+    if torch.compiler.is_exporting():
+        # The loop's Python ints would be data-dependent sizes: the same result from tensor ops
+        return vision_cu_seqlens_from_grid(grid_thw, merge_temporal, num_patches)
     else:
-        seqlens = torch.repeat_interleave(grid_thw[:, 1] * grid_thw[:, 2], grid_thw[:, 0])
-    return F.pad(seqlens.cumsum(dim=0, dtype=dtype), (1, 0), value=0)
+        dtype = grid_thw.dtype if torch.jit.is_tracing() else torch.int32
+        if merge_temporal:
+            seqlens = grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]
+        else:
+            seqlens = torch.repeat_interleave(grid_thw[:, 1] * grid_thw[:, 2], grid_thw[:, 0])
+        return F.pad(seqlens.cumsum(dim=0, dtype=dtype), (1, 0), value=0)
 
 
 def get_vision_attention_seqlens(
@@ -170,10 +194,11 @@ def get_vision_attention_seqlens(
     config: PreTrainedConfig,
     merge_temporal: bool = False,
     kwargs: dict | None = None,
+    num_patches: int | None = None,
 ) -> tuple[torch.Tensor, int | None]:
     """Get cumulative and maximum sequence lengths for packed vision attention. ``merge_temporal`` is
     forwarded to [`get_vision_cu_seqlens`] (``True`` for clip-level attention, e.g. kimi_k25)."""
-    cu_seqlens = get_vision_cu_seqlens(grid_thw, merge_temporal=merge_temporal, kwargs=kwargs)
+    cu_seqlens = get_vision_cu_seqlens(grid_thw, merge_temporal=merge_temporal, kwargs=kwargs, num_patches=num_patches)
     max_seqlen = get_max_seqlen(cu_seqlens, config, kwargs=kwargs)
     return cu_seqlens, max_seqlen
 
