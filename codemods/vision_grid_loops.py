@@ -12,6 +12,10 @@ result is computed in the graph, for any number of images of any sizes:
   number of frames, is data-dependent and unbounded): given the patch count, the segment starts are the patches first
   in their frame (or clip), found by `nonzero`, a length bounded by the patch count, which ExecuTorch can plan;
   `get_vision_attention_seqlens` takes the count too and passes it on;
+- `get_vision_interpolation_indices_and_weights` (not a loop either: the Qwen3-VL family's interpolated position
+  embeddings, each patch's image by `repeat_interleave` and `arange(counts.sum())`): given the patch count, each
+  patch's image by comparisons; without it, the function as it is (`exclusive-cumsum` then rewrites its prefix
+  sums). `get_vision_bilinear_indices_and_weights` takes the count and passes it on;
 - `get_vision_position_ids` (rotary position ids of the Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V, PaddleOCR-VL towers):
   each patch's frame, row and column, laid out block-major over the merge blocks;
 - `get_vision_window_index` (Qwen2.5-VL, MiniCPM-V 4.6, Exaone 4.5, Muse Spark windowed attention): each merged
@@ -74,6 +78,7 @@ class Twin(NamedTuple):
     helper: str  # the helper's name
     code: str  # the helper
     call: str  # what the function returns under export
+    counted_only: bool = False  # the helper only when the caller gives the count (the function is tensor ops already)
 
 
 SEGMENTS = '''def vision_segments(counts: torch.Tensor, total: int | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,6 +110,34 @@ CU_SEQLENS = '''def vision_cu_seqlens_from_grid(grid_thw: torch.Tensor, merge_te
     within = index if merge_temporal else index % (heights * widths)[image]
     starts = torch.nonzero(within == 0).flatten()
     return torch.cat([starts, starts.new_full((1,), num_patches)]).to(torch.int32)
+'''
+
+INTERPOLATION = '''def vision_interpolation_indices_and_weights_from_grid(
+    grid_thw: torch.Tensor,
+    num_grid_per_side: int,
+    mode: str,
+    align_corners: bool,
+    spatial_merge_size: int,
+    padding: str,
+    num_patches: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`get_vision_interpolation_indices_and_weights` given the number of patches: each patch's image by comparisons
+    (`vision_segments`) instead of `repeat_interleave` and `arange(counts.sum())`, whose data-dependent lengths
+    runtimes that plan memory ahead (ExecuTorch) cannot bound; the same integers, taps and weights."""
+    side, merge = num_grid_per_side, spatial_merge_size
+    counts = grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]
+    image, index = vision_segments(counts, num_patches)
+    heights, widths = grid_thw[:, 1][image], grid_thw[:, 2][image]
+    within = index % (heights * widths)
+    blocks_w = widths // merge
+    row = within // (merge * merge * blocks_w) * merge + (within // merge) % merge
+    col = (within // (merge * merge)) % blocks_w * merge + within % merge
+    h_taps, h_weights = _interpolation_axis_taps_weights(row, heights, side, mode, align_corners, padding)
+    w_taps, w_weights = _interpolation_axis_taps_weights(col, widths, side, mode, align_corners, padding)
+    n = h_taps.shape[1]
+    indices = (h_taps[:, :, None] * side + w_taps[:, None, :]).reshape(-1, n * n)
+    weights = (h_weights[:, :, None] * w_weights[:, None, :]).reshape(-1, n * n)
+    return indices, weights
 '''
 
 POSITION_IDS = '''def vision_position_ids_from_grid(
@@ -197,6 +230,15 @@ TWINS = {
         CU_SEQLENS,
         "vision_cu_seqlens_from_grid(grid_thw, merge_temporal, num_patches)",
     ),
+    "get_vision_interpolation_indices_and_weights": Twin(
+        "276274c0a384b68a815a61e4e65c3bf8f08896daf32788277b03b395138f1c0f",
+        "vision_interpolation_indices_and_weights_from_grid",
+        INTERPOLATION,
+        "vision_interpolation_indices_and_weights_from_grid(\n"
+        "        grid_thw, num_grid_per_side, mode, align_corners, spatial_merge_size, padding, num_patches\n"
+        "    )",
+        counted_only=True,
+    ),
     "get_vision_position_ids": Twin(
         "e8373b4b9f22f05ba15c5b93fe92ebb1f98b9010b6c75978eb2893a8bbe0c9d9",
         "vision_position_ids_from_grid",
@@ -276,6 +318,16 @@ if torch.compiler.is_exporting():
 else:
     pass
 """
+# The test of a rewritten function's export arm (an earlier run's)
+REWRITTEN = EXPORTING | m.BooleanOperation(left=EXPORTING, operator=m.And())
+# A function of tensor ops already, whose sizes only the caller's count makes the caller's
+COUNTED_TEMPLATE = """
+if torch.compiler.is_exporting() and num_patches is not None:
+    # Each patch's image from the caller's count: no data-dependent length
+    return {call}
+else:
+    pass
+"""
 
 
 def fingerprint(statements: list[cst.BaseStatement]) -> str:
@@ -326,7 +378,12 @@ class CountedCall(NamedTuple):
 
 COUNTS_FILE = Path(__file__).with_name("vision_patch_counts.json")
 # In `vision_utils` itself: a function that calls a rewritten one gains the parameter and passes it on
-FORWARDING = (CountedCall("get_vision_attention_seqlens", "get_vision_cu_seqlens", "num_patches", True),)
+FORWARDING = (
+    CountedCall("get_vision_attention_seqlens", "get_vision_cu_seqlens", "num_patches", True),
+    CountedCall(
+        "get_vision_bilinear_indices_and_weights", "get_vision_interpolation_indices_and_weights", "num_patches", True
+    ),
+)
 
 
 @functools.cache
@@ -398,7 +455,7 @@ class VisionGridLoops(Codemod):
                 continue
             twin = twins[stmt.name.value]
             statements = list(stmt.body.body)
-            if any(isinstance(inner, cst.If) and m.matches(inner.test, EXPORTING) for inner in statements):
+            if any(isinstance(inner, cst.If) and m.matches(inner.test, REWRITTEN) for inner in statements):
                 continue  # rewritten by an earlier run
             line = self.top_level_line(tree, stmt)
             reason = proven(stmt, twins)
@@ -414,12 +471,18 @@ class VisionGridLoops(Codemod):
                 continue
             start = next(i for i, inner in enumerate(statements) if isinstance(inner, cst.If)) + 1
             eager = statements[start:]
-            statements[start:] = [export_twin(EXPORT_TEMPLATE.format(call=twin.call), eager, eager[0].leading_lines)]
+            template = COUNTED_TEMPLATE if twin.counted_only else EXPORT_TEMPLATE
+            statements[start:] = [export_twin(template.format(call=twin.call), eager, eager[0].leading_lines)]
             body[index] = with_count_documented(
                 with_count(stmt, 0).with_changes(body=stmt.body.with_changes(body=statements))
             )
             helpers.append((index, twin.code))
-            self.report(line, "rewritten", stmt.name.value, "computes its result with tensor ops under export")
+            done = (
+                "given the patch count, computes its result without data-dependent sizes under export"
+                if twin.counted_only
+                else "computes its result with tensor ops under export"
+            )
+            self.report(line, "rewritten", stmt.name.value, done)
         return body, helpers
 
     def _pass_counts(self, tree: cst.Module, listed: tuple[CountedCall, ...], local: frozenset[str]) -> cst.Module:

@@ -91,6 +91,26 @@ def test_the_export_form_gives_the_cumulative_lengths_exactly(merge_temporal: bo
             helper(torch.tensor([[1, 2, 2], [2, 0, 4]]), merge_temporal)
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_with_the_count_the_interpolation_gives_the_same_taps_and_weights(mode: str):
+    """`get_vision_interpolation_indices_and_weights` is tensor ops already; given the count, each patch's image by
+    comparisons instead of `repeat_interleave`: the same indices and the same weights, bit for bit."""
+    namespace = {"torch": torch, "_interpolation_axis_taps_weights": vision_utils._interpolation_axis_taps_weights}
+    code = SEGMENTS + TWINS["get_vision_interpolation_indices_and_weights"].code
+    exec(compile(code, "<helper>", "exec"), namespace)
+    helper = namespace["vision_interpolation_indices_and_weights_from_grid"]
+    for seed in range(20):
+        for grid, merge in _grids(seed):
+            if not isinstance(merge, int):
+                continue
+            for align_corners in (False, True):
+                options = (mode, align_corners, merge, "border")
+                expected = vision_utils.get_vision_interpolation_indices_and_weights(grid, 7, *options)
+                actual = helper(grid, 7, *options, int(grid.prod(-1).sum()))
+                for want, got in zip(expected, actual):
+                    assert got.dtype == want.dtype and torch.equal(got, want), (grid.tolist(), options)
+
+
 def _windows(seed: int):
     """(grid_thw, merge, window_size, patch_size): windows of 1 to 4 merged tokens a side."""
     generator = torch.Generator().manual_seed(seed)
@@ -140,7 +160,9 @@ def test_the_installed_helper_is_rewritten_once_and_both_arms_agree():
     assert change.applied == ("vision-grid-loops",)
     assert sorted((finding.kind, finding.construct) for finding in change.findings) == sorted(
         [("rewritten", function) for function in TWINS]
-        + [("rewritten", "get_vision_attention_seqlens: get_vision_cu_seqlens")]  # passes the count on
+        # functions that call a rewritten one take the count and pass it on
+        + [("rewritten", "get_vision_attention_seqlens: get_vision_cu_seqlens")]
+        + [("rewritten", "get_vision_bilinear_indices_and_weights: get_vision_interpolation_indices_and_weights")]
     )
     again = run_codemods(change.rewritten, path.name, MODULE, codemods=(VisionGridLoops,))
     assert not again.changed and not again.findings

@@ -140,6 +140,34 @@ def vision_window_index_from_grid(
     return window_index, cu_window_seqlens
 
 
+def vision_interpolation_indices_and_weights_from_grid(
+    grid_thw: torch.Tensor,
+    num_grid_per_side: int,
+    mode: str,
+    align_corners: bool,
+    spatial_merge_size: int,
+    padding: str,
+    num_patches: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`get_vision_interpolation_indices_and_weights` given the number of patches: each patch's image by comparisons
+    (`vision_segments`) instead of `repeat_interleave` and `arange(counts.sum())`, whose data-dependent lengths
+    runtimes that plan memory ahead (ExecuTorch) cannot bound; the same integers, taps and weights."""
+    side, merge = num_grid_per_side, spatial_merge_size
+    counts = grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]
+    image, index = vision_segments(counts, num_patches)
+    heights, widths = grid_thw[:, 1][image], grid_thw[:, 2][image]
+    within = index % (heights * widths)
+    blocks_w = widths // merge
+    row = within // (merge * merge * blocks_w) * merge + (within // merge) % merge
+    col = (within // (merge * merge)) % blocks_w * merge + within % merge
+    h_taps, h_weights = _interpolation_axis_taps_weights(row, heights, side, mode, align_corners, padding)
+    w_taps, w_weights = _interpolation_axis_taps_weights(col, widths, side, mode, align_corners, padding)
+    n = h_taps.shape[1]
+    indices = (h_taps[:, :, None] * side + w_taps[:, None, :]).reshape(-1, n * n)
+    weights = (h_weights[:, :, None] * w_weights[:, None, :]).reshape(-1, n * n)
+    return indices, weights
+
+
 def vision_nearest_position_ids_from_sizes(
     target_sizes: torch.Tensor, num_patches_per_side: int, num_patches: int | None
 ) -> torch.Tensor:
@@ -377,6 +405,7 @@ def get_vision_interpolation_indices_and_weights(
     spatial_merge_size: int = 1,
     padding: str = "border",
     kwargs: dict | None = None,
+    num_patches: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-patch gather indices/weights that resample a square learned `(num_grid_per_side,
     num_grid_per_side)` position-embedding table to each image's `(h, w)` grid, or pop
@@ -398,6 +427,9 @@ def get_vision_interpolation_indices_and_weights(
         spatial_merge_size: merge block size; `1` keeps raster patch order.
         kwargs: optional caller kwargs — if it contains both `"interp_indices"` and `"interp_weights"`
             they are popped and returned.
+        num_patches: optional, the number of patches the sizes describe (the packed sequence's length),
+            which the caller holds: under `torch.export` the result is sized by it instead of by a
+            data-dependent size.
 
     Returns:
         `indices`: `(total_thw, n_taps)` long — gather indices into the flattened pos_embed table.
@@ -409,38 +441,44 @@ def get_vision_interpolation_indices_and_weights(
         if interp_indices is not None and interp_weights is not None:
             return interp_indices, interp_weights
 
-    side = num_grid_per_side
-    merge = spatial_merge_size
-    device = grid_thw.device
-
-    counts = grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]
-    heights = torch.repeat_interleave(grid_thw[:, 1], counts)
-    widths = torch.repeat_interleave(grid_thw[:, 2], counts)
-    if torch.compiler.is_exporting():
-        # The slice of the n - 1 first sums would make export guard on n: pad first, then drop the total
-        torch._check(counts.shape[0] > 0)
-        starts = torch.repeat_interleave(F.pad(counts.cumsum(0), (1, 0))[:-1], counts)
+    if torch.compiler.is_exporting() and num_patches is not None:
+        # Each patch's image from the caller's count: no data-dependent length
+        return vision_interpolation_indices_and_weights_from_grid(
+            grid_thw, num_grid_per_side, mode, align_corners, spatial_merge_size, padding, num_patches
+        )
     else:
-        starts = torch.repeat_interleave(F.pad(counts.cumsum(0)[:-1], (1, 0)), counts)
-    # Position within a single frame's flat patch sequence (0 .. h*w-1), repeating across the t frames.
-    within = (torch.arange(counts.sum(), device=device) - starts) % (heights * widths)
-    # Decode `within` into (row, col): raster order when merge == 1, else spatial-merge-block order
-    # (block_row, block_col, in_row, in_col) — the inverse of qwen/glm-style merge reordering.
-    blocks_w = widths // merge
-    in_col = within % merge
-    in_row = (within // merge) % merge
-    block_col = (within // (merge * merge)) % blocks_w
-    block_row = within // (merge * merge * blocks_w)
-    row = block_row * merge + in_row
-    col = block_col * merge + in_col
+        side = num_grid_per_side
+        merge = spatial_merge_size
+        device = grid_thw.device
 
-    h_taps, h_weights = _interpolation_axis_taps_weights(row, heights, side, mode, align_corners, padding)
-    w_taps, w_weights = _interpolation_axis_taps_weights(col, widths, side, mode, align_corners, padding)
-    n = h_taps.shape[1]  # taps per axis
-    # 2D separable: outer product of the per-axis taps/weights → n*n taps per patch.
-    indices = (h_taps[:, :, None] * side + w_taps[:, None, :]).reshape(-1, n * n)
-    weights = (h_weights[:, :, None] * w_weights[:, None, :]).reshape(-1, n * n)
-    return indices, weights
+        counts = grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]
+        heights = torch.repeat_interleave(grid_thw[:, 1], counts)
+        widths = torch.repeat_interleave(grid_thw[:, 2], counts)
+        if torch.compiler.is_exporting():
+            # The slice of the n - 1 first sums would make export guard on n: pad first, then drop the total
+            torch._check(counts.shape[0] > 0)
+            starts = torch.repeat_interleave(F.pad(counts.cumsum(0), (1, 0))[:-1], counts)
+        else:
+            starts = torch.repeat_interleave(F.pad(counts.cumsum(0)[:-1], (1, 0)), counts)
+        # Position within a single frame's flat patch sequence (0 .. h*w-1), repeating across the t frames.
+        within = (torch.arange(counts.sum(), device=device) - starts) % (heights * widths)
+        # Decode `within` into (row, col): raster order when merge == 1, else spatial-merge-block order
+        # (block_row, block_col, in_row, in_col) — the inverse of qwen/glm-style merge reordering.
+        blocks_w = widths // merge
+        in_col = within % merge
+        in_row = (within // merge) % merge
+        block_col = (within // (merge * merge)) % blocks_w
+        block_row = within // (merge * merge * blocks_w)
+        row = block_row * merge + in_row
+        col = block_col * merge + in_col
+
+        h_taps, h_weights = _interpolation_axis_taps_weights(row, heights, side, mode, align_corners, padding)
+        w_taps, w_weights = _interpolation_axis_taps_weights(col, widths, side, mode, align_corners, padding)
+        n = h_taps.shape[1]  # taps per axis
+        # 2D separable: outer product of the per-axis taps/weights → n*n taps per patch.
+        indices = (h_taps[:, :, None] * side + w_taps[:, None, :]).reshape(-1, n * n)
+        weights = (h_weights[:, :, None] * w_weights[:, None, :]).reshape(-1, n * n)
+        return indices, weights
 
 
 def get_vision_bilinear_indices_and_weights(
@@ -449,6 +487,7 @@ def get_vision_bilinear_indices_and_weights(
     spatial_merge_size: int,
     align_corners: bool = True,
     kwargs: dict | None = None,
+    num_patches: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Deprecated — use [`get_vision_interpolation_indices_and_weights`] with `mode="bilinear"`,
     `align_corners=True`. Returns the legacy `(4, total_thw)` layout (transpose of the unified helper's
@@ -464,7 +503,12 @@ def get_vision_bilinear_indices_and_weights(
         if bilinear_indices is not None and bilinear_weights is not None:
             return bilinear_indices, bilinear_weights
     indices, weights = get_vision_interpolation_indices_and_weights(
-        grid_thw, num_grid_per_side, mode="bilinear", align_corners=True, spatial_merge_size=spatial_merge_size
+        grid_thw,
+        num_grid_per_side,
+        mode="bilinear",
+        align_corners=True,
+        spatial_merge_size=spatial_merge_size,
+        num_patches=num_patches,
     )
     return indices.transpose(0, 1), weights.transpose(0, 1)
 
