@@ -42,6 +42,11 @@ ExecuTorch cannot plan its memory). The helper asserts that the grid's count equ
 that `vision_patch_counts.json` lists (model, function, called name, count expression) pass it; a method in between
 gains the parameter too (MiniCPM-V's `get_window_index`).
 
+A tower that undoes its window order with `torch.argsort(window_index)` (Qwen2.5-VL, Exaone 4.5, Muse) gets
+`vision_inverse_permutation(window_index)`: the window index is a permutation, whose inverse under export is an
+`index_put` (no sort: ExecuTorch has no sort kernel over a dynamic length), and `argsort` itself in eager. Only where
+the name holds `get_vision_window_index`'s first result and is assigned nowhere else but `W = W.to(...)`.
+
 What it refuses (left unchanged, with a finding): a function of those names whose statements differ from the proven
 ones (a release changed them: the tensor-ops form must be proven again), and a module that already defines a helper's
 name; a call with no entry in the table (its result keeps a data-dependent size under export), a count whose names
@@ -71,6 +76,7 @@ from .base import EXPORTING, Codemod, export_twin, formatted_block, imports_torc
 
 MODULE = "transformers.vision_utils"
 SEGMENTS_HELPER = "vision_segments"
+INVERSE_HELPER = "vision_inverse_permutation"
 
 
 class Twin(NamedTuple):
@@ -93,6 +99,16 @@ SEGMENTS = '''def vision_segments(counts: torch.Tensor, total: int | None) -> tu
         # the segment of element i: how many segments end at or before it
         segment = (torch.arange(total, device=counts.device)[:, None] >= ends).sum(-1)
     return segment, torch.arange(segment.shape[0], device=counts.device) - (ends - counts)[segment]
+'''
+
+INVERSE = '''def vision_inverse_permutation(permutation: torch.Tensor) -> torch.Tensor:
+    """The inverse of a permutation of `0..n-1` (a window index), as `torch.argsort(permutation)` gives it: under
+    torch.export by `index_put`, with no sort (ExecuTorch has no sort kernel over a dynamic length); in eager,
+    `argsort` itself."""
+    if torch.compiler.is_exporting():
+        positions = torch.arange(permutation.shape[0], device=permutation.device)
+        return torch.empty_like(permutation).index_put_((permutation,), positions)
+    return torch.argsort(permutation)
 '''
 
 CU_SEQLENS = '''def vision_cu_seqlens_from_grid(grid_thw: torch.Tensor, merge_temporal: bool, num_patches: int | None) -> torch.Tensor:
@@ -416,7 +432,7 @@ class VisionGridLoops(Codemod):
         parts = (self.context.full_module_name or "").split(".")
         if len(parts) == 4 and parts[:2] == ["transformers", "models"]:
             tree, local = self._rewrite_local_helpers(tree)
-            return self._pass_counts(tree, counted_calls().get(parts[2], ()), local)
+            return self._invert_windows(self._pass_counts(tree, counted_calls().get(parts[2], ()), local))
         return tree
 
     def _rewrite_helpers(self, tree: cst.Module) -> cst.Module:
@@ -426,7 +442,10 @@ class VisionGridLoops(Codemod):
         if not helpers:
             return tree
         first = next(i for i, stmt in enumerate(body) if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)))
-        added = [_helper(code) for code in (SEGMENTS, *(code for _, code in helpers))]
+        windows = any(code == WINDOW_INDEX for _, code in helpers)
+        added = [
+            _helper(code) for code in (SEGMENTS, *((INVERSE,) if windows else ()), *(code for _, code in helpers))
+        ]
         return tree.with_changes(body=[*body[:first], *added, *body[first:]])
 
     def _rewrite_local_helpers(self, tree: cst.Module) -> tuple[cst.Module, frozenset[str]]:
@@ -543,6 +562,81 @@ class VisionGridLoops(Codemod):
                     new = function.visit(ReplaceNodes(changed))
                     replacements[function] = with_count(new, depth) if parameter else new
         return replace_in_statements(tree, replacements, holders)
+
+    def _invert_windows(self, tree: cst.Module) -> cst.Module:
+        """`R = torch.argsort(W)` of a window index `W` (the first result of `get_vision_window_index`, assigned nowhere
+        else but `W = W.to(...)`: a permutation) becomes `vision_inverse_permutation(W)`, the same inverse without a
+        sort under export."""
+        if "get_vision_window_index" not in counted_functions():
+            return tree
+        holders = [stmt for stmt in tree.body if "torch.argsort(" in self.statement_code(tree, stmt)]
+        positions = CandidateStatements(self, tree, holders, kinds=(cst.SimpleStatementLine,))
+        replacements = {}
+        for stmt in holders:
+            for qualname, function, _ in _functions(stmt):
+                windows = _window_indices(function)
+                for node in nodes_in(function, lambda node: m.matches(node, ARGSORT)):
+                    window = node.value.args[0].value.value
+                    if window not in windows:
+                        continue
+                    replacements[node] = node.with_changes(
+                        value=cst.Call(cst.Name(INVERSE_HELPER), args=[cst.Arg(cst.Name(window))])
+                    )
+                    line = positions.line(next(s for s in nodes_in(function, _holds_node(node))))
+                    self.report(
+                        line,
+                        "rewritten",
+                        f"{qualname}: torch.argsort({window})",
+                        "inverts the window permutation without a sort under export",
+                    )
+        if not replacements:
+            return tree
+        tree = tree.with_changes(
+            body=[stmt.visit(ReplaceNodes(replacements)) if stmt in holders else stmt for stmt in tree.body]
+        )
+        return add_from_import(tree, "vision_utils", 3, INVERSE_HELPER)
+
+
+# `R = torch.argsort(W)` on a line of its own
+ARGSORT = m.Assign(
+    targets=[m.AssignTarget(target=m.Name())],
+    value=m.Call(
+        func=m.Attribute(value=m.Name("torch"), attr=m.Name("argsort")), args=[m.Arg(value=m.Name(), keyword=None)]
+    ),
+)
+
+
+def _holds_node(node: cst.CSTNode):
+    return lambda candidate: isinstance(candidate, cst.SimpleStatementLine) and node in candidate.body
+
+
+def _window_indices(function: cst.FunctionDef) -> set[str]:
+    """The names that hold the first result of `get_vision_window_index` in `function` and are assigned nowhere else
+    but `W = W.to(...)`: permutations of the tokens."""
+    windows, other = set(), set()
+    for assign in nodes_in(function, lambda node: isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign))):
+        targets = [target.target for target in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
+        value = assign.value
+        for target in targets:
+            if (
+                isinstance(target, cst.Tuple)
+                and isinstance(value, cst.Call)
+                and _called(value) == "get_vision_window_index"
+                and isinstance(target.elements[0].value, cst.Name)
+            ):
+                windows.add(target.elements[0].value.value)
+                other.update(_names_bound(element.value) for element in target.elements[1:])
+            elif isinstance(target, cst.Name):
+                to = m.Call(func=m.Attribute(value=m.Name(target.value), attr=m.Name("to")))
+                if not m.matches(value, to):
+                    other.add(target.value)
+            else:
+                other.update(node.value for node in nodes_in(target, lambda node: isinstance(node, cst.Name)))
+    return windows - other
+
+
+def _names_bound(target: cst.BaseExpression) -> str:
+    return target.value if isinstance(target, cst.Name) else ""
 
 
 _NO_SITE = CountedCall("", "", "", False)

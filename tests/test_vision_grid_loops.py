@@ -29,7 +29,15 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 import transformers
 from transformers import vision_utils
 
-from codemods.vision_grid_loops import LOCAL_TWINS, SEGMENTS, TWINS, CountedCall, VisionGridLoops, counted_calls
+from codemods.vision_grid_loops import (
+    INVERSE,
+    LOCAL_TWINS,
+    SEGMENTS,
+    TWINS,
+    CountedCall,
+    VisionGridLoops,
+    counted_calls,
+)
 from exportsmith.discover import find_transformers
 from exportsmith.pipeline import run_codemods
 
@@ -427,3 +435,44 @@ def test_a_models_own_loop_other_than_the_proven_one_is_refused_and_its_call_pas
         "transformers' `get_vision_pixel_shuffle_index` is not the proven one: it takes no `num_patches`"
     )
     assert "vision_pixel_shuffle_index_from_grid" not in change.rewritten
+
+
+def test_the_inverse_of_a_window_permutation_is_argsorts_without_a_sort():
+    namespace = {"torch": torch}
+    exec(compile(INVERSE, "<helper>", "exec"), namespace)
+    inverse = namespace["vision_inverse_permutation"]
+    for seed in range(20):
+        permutation = torch.randperm(int(torch.randint(1, 50, (1,))), generator=torch.Generator().manual_seed(seed))
+        with mock.patch("torch.compiler.is_exporting", return_value=True):
+            assert torch.equal(inverse(permutation), torch.argsort(permutation))
+
+
+WINDOWED = """import torch
+
+from ...vision_utils import get_vision_window_index
+
+
+class Tower(torch.nn.Module):
+    def forward(self, hidden_states, grid_thw):
+        window_index, cu_window_seqlens = get_vision_window_index(grid_thw, 2, 8, 1)
+        window_index = window_index.to(hidden_states.device)
+        reverse_indices = torch.argsort(window_index)
+        return reverse_indices
+
+
+class Other(torch.nn.Module):
+    def forward(self, hidden_states, grid_thw):
+        window_index, cu_window_seqlens = get_vision_window_index(grid_thw, 2, 8, 1)
+        window_index = window_index.flip(0)
+        return torch.argsort(window_index), torch.argsort(hidden_states)
+"""
+
+
+def test_argsort_of_a_window_index_inverts_it_without_a_sort_and_nothing_else_is_touched():
+    change = _pass_counts(WINDOWED, sites={})
+    rewritten = [f.construct for f in change.findings if f.kind == "rewritten"]
+    assert rewritten == ["Tower.forward: torch.argsort(window_index)"]
+    assert "reverse_indices = vision_inverse_permutation(window_index)" in change.rewritten
+    assert "from ...vision_utils import get_vision_window_index, vision_inverse_permutation" in change.rewritten
+    # reassigned by something other than `.to(...)`: maybe no longer a permutation, left as it is
+    assert change.rewritten.count("torch.argsort(") == 2

@@ -56,6 +56,16 @@ def vision_segments(counts: torch.Tensor, total: int | None) -> tuple[torch.Tens
     return segment, torch.arange(segment.shape[0], device=counts.device) - (ends - counts)[segment]
 
 
+def vision_inverse_permutation(permutation: torch.Tensor) -> torch.Tensor:
+    """The inverse of a permutation of `0..n-1` (a window index), as `torch.argsort(permutation)` gives it: under
+    torch.export by `index_put`, with no sort (ExecuTorch has no sort kernel over a dynamic length); in eager,
+    `argsort` itself."""
+    if torch.compiler.is_exporting():
+        positions = torch.arange(permutation.shape[0], device=permutation.device)
+        return torch.empty_like(permutation).index_put_((permutation,), positions)
+    return torch.argsort(permutation)
+
+
 def vision_cu_seqlens_from_grid(grid_thw: torch.Tensor, merge_temporal: bool, num_patches: int | None) -> torch.Tensor:
     """`get_vision_cu_seqlens` under torch.export. With the number of patches, each segment (a frame, or a clip with
     `merge_temporal`) starts where a patch is the first of its segment, found by `nonzero`: a length bounded by the
