@@ -352,12 +352,16 @@ def fingerprint(statements: list[cst.BaseStatement]) -> str:
     return hashlib.sha256(ast.dump(ast.parse(textwrap.dedent(code))).encode()).hexdigest()
 
 
+def _after_first_if(statements: list[cst.BaseStatement]) -> int:
+    """Where the statements after a function's first `if` (which returns tensors passed in `kwargs`) start."""
+    return next((i + 1 for i, inner in enumerate(statements) if isinstance(inner, cst.If)), len(statements))
+
+
 def proven(function: cst.FunctionDef, twins: dict[str, Twin] = TWINS) -> str | None:
     """Why `function` (of `twins`) cannot be rewritten, or None when its statements after its first `if` (which
     returns tensors passed in `kwargs`) are the proven ones."""
     statements = list(function.body.body)
-    ifs = [i for i, inner in enumerate(statements) if isinstance(inner, cst.If)]
-    start = ifs[0] + 1 if ifs else len(statements)
+    start = _after_first_if(statements)
     if start >= len(statements) or fingerprint(statements[start:]) != twins[function.name.value].fingerprint:
         return "its statements are not the ones whose tensor-ops form was proven equal"
     return None
@@ -488,7 +492,7 @@ class VisionGridLoops(Codemod):
             if reason is not None:
                 self.report(line, "refused", stmt.name.value, reason)
                 continue
-            start = next(i for i, inner in enumerate(statements) if isinstance(inner, cst.If)) + 1
+            start = _after_first_if(statements)
             eager = statements[start:]
             template = COUNTED_TEMPLATE if twin.counted_only else EXPORT_TEMPLATE
             statements[start:] = [export_twin(template.format(call=twin.call), eager, eager[0].leading_lines)]
@@ -509,16 +513,11 @@ class VisionGridLoops(Codemod):
         pass their patch count; the other calls are reported (under export, their result keeps a data-dependent
         size)."""
         sites = {(site.function, site.call): site for site in listed}
-        # a method in between takes the count when the helper it calls does (it then gains the parameter)
-        forwarding = {site.function.rsplit(".", 1)[-1] for site in sites.values() if site.parameter}
-        forwarding = {
-            name
-            for name in forwarding
-            if all(site.call in counted_functions() for site in sites.values() if site.function.endswith(f".{name}"))
-        }
-        takes_count = (
-            counted_functions() | local | {call for _, call in sites if call.rsplit(".", 1)[-1] in forwarding}
-        )
+        counted = counted_functions() | local
+        # a method in between takes the count (it gains the parameter) when every helper it calls does
+        between = {site.function.rsplit(".", 1)[-1] for site in listed if site.parameter}
+        between -= {site.function.rsplit(".", 1)[-1] for site in listed if site.parameter and site.call not in counted}
+        takes_count = counted | {call for _, call in sites if call.rsplit(".", 1)[-1] in between}
         called = set(TWINS) | set(LOCAL_TWINS) | {call for _, call in sites}
         holders = [stmt for stmt in tree.body if any(f"{name}(" in self.statement_code(tree, stmt) for name in called)]
         positions = CandidateStatements(self, tree, holders, kinds=(cst.SimpleStatementLine,))
@@ -575,39 +574,36 @@ class VisionGridLoops(Codemod):
         for stmt in holders:
             for qualname, function, _ in _functions(stmt):
                 windows = _window_indices(function)
-                for node in nodes_in(function, lambda node: m.matches(node, ARGSORT)):
-                    window = node.value.args[0].value.value
+                for line_node in nodes_in(function, lambda node: m.matches(node, ARGSORT_LINE)):
+                    assign = line_node.body[0]
+                    window = assign.value.args[0].value.value
                     if window not in windows:
                         continue
-                    replacements[node] = node.with_changes(
-                        value=cst.Call(cst.Name(INVERSE_HELPER), args=[cst.Arg(cst.Name(window))])
-                    )
-                    line = positions.line(next(s for s in nodes_in(function, _holds_node(node))))
+                    inverse = cst.Call(cst.Name(INVERSE_HELPER), args=[cst.Arg(cst.Name(window))])
+                    replacements[line_node] = line_node.with_changes(body=[assign.with_changes(value=inverse)])
                     self.report(
-                        line,
+                        positions.line(line_node),
                         "rewritten",
                         f"{qualname}: torch.argsort({window})",
                         "inverts the window permutation without a sort under export",
                     )
         if not replacements:
             return tree
-        tree = tree.with_changes(
-            body=[stmt.visit(ReplaceNodes(replacements)) if stmt in holders else stmt for stmt in tree.body]
-        )
-        return add_from_import(tree, "vision_utils", 3, INVERSE_HELPER)
+        return add_from_import(replace_in_statements(tree, replacements, holders), "vision_utils", 3, INVERSE_HELPER)
 
 
 # `R = torch.argsort(W)` on a line of its own
-ARGSORT = m.Assign(
-    targets=[m.AssignTarget(target=m.Name())],
-    value=m.Call(
-        func=m.Attribute(value=m.Name("torch"), attr=m.Name("argsort")), args=[m.Arg(value=m.Name(), keyword=None)]
-    ),
+ARGSORT_LINE = m.SimpleStatementLine(
+    body=[
+        m.Assign(
+            targets=[m.AssignTarget(target=m.Name())],
+            value=m.Call(
+                func=m.Attribute(value=m.Name("torch"), attr=m.Name("argsort")),
+                args=[m.Arg(value=m.Name(), keyword=None)],
+            ),
+        )
+    ]
 )
-
-
-def _holds_node(node: cst.CSTNode):
-    return lambda candidate: isinstance(candidate, cst.SimpleStatementLine) and node in candidate.body
 
 
 def _window_indices(function: cst.FunctionDef) -> set[str]:
@@ -625,7 +621,8 @@ def _window_indices(function: cst.FunctionDef) -> set[str]:
                 and isinstance(target.elements[0].value, cst.Name)
             ):
                 windows.add(target.elements[0].value.value)
-                other.update(_names_bound(element.value) for element in target.elements[1:])
+                rest = target.with_changes(elements=target.elements[1:])
+                other.update(node.value for node in nodes_in(rest, lambda node: isinstance(node, cst.Name)))
             elif isinstance(target, cst.Name):
                 to = m.Call(func=m.Attribute(value=m.Name(target.value), attr=m.Name("to")))
                 if not m.matches(value, to):
@@ -633,10 +630,6 @@ def _window_indices(function: cst.FunctionDef) -> set[str]:
             else:
                 other.update(node.value for node in nodes_in(target, lambda node: isinstance(node, cst.Name)))
     return windows - other
-
-
-def _names_bound(target: cst.BaseExpression) -> str:
-    return target.value if isinstance(target, cst.Name) else ""
 
 
 _NO_SITE = CountedCall("", "", "", False)

@@ -35,6 +35,7 @@ from codemods.vision_grid_loops import (
     SEGMENTS,
     TWINS,
     CountedCall,
+    Twin,
     VisionGridLoops,
     counted_calls,
 )
@@ -44,12 +45,16 @@ from exportsmith.pipeline import run_codemods
 MODULE = "transformers.vision_utils"
 
 
+def _compiled(twin: Twin, **names):
+    """The helper function of `twin`, compiled with `vision_segments` (and `names`) beside it."""
+    namespace = {"torch": torch, **names}
+    exec(compile(SEGMENTS + twin.code, "<helper>", "exec"), namespace)
+    return namespace[twin.helper]
+
+
 def _helper(function: str, counted: bool = False):
     """The helper of `function`; `counted`: called with the number of patches (the backed-size form), else None."""
-    twin = TWINS[function]
-    namespace = {"torch": torch}
-    exec(compile(SEGMENTS + twin.code, "<helper>", "exec"), namespace)
-    helper = namespace[twin.helper]
+    helper = _compiled(TWINS[function])
     if function == "get_vision_window_index":
         return lambda grid, merge, *args: helper(grid, merge, *args, int(grid.prod(-1).sum()) if counted else None)
     if function == "get_vision_nearest_position_ids":
@@ -103,10 +108,8 @@ def test_the_export_form_gives_the_cumulative_lengths_exactly(merge_temporal: bo
 def test_with_the_count_the_interpolation_gives_the_same_taps_and_weights(mode: str):
     """`get_vision_interpolation_indices_and_weights` is tensor ops already; given the count, each patch's image by
     comparisons instead of `repeat_interleave`: the same indices and the same weights, bit for bit."""
-    namespace = {"torch": torch, "_interpolation_axis_taps_weights": vision_utils._interpolation_axis_taps_weights}
-    code = SEGMENTS + TWINS["get_vision_interpolation_indices_and_weights"].code
-    exec(compile(code, "<helper>", "exec"), namespace)
-    helper = namespace["vision_interpolation_indices_and_weights_from_grid"]
+    taps = vision_utils._interpolation_axis_taps_weights
+    helper = _compiled(TWINS["get_vision_interpolation_indices_and_weights"], _interpolation_axis_taps_weights=taps)
     for seed in range(20):
         for grid, merge in _grids(seed):
             if not isinstance(merge, int):
@@ -216,11 +219,10 @@ def test_a_count_other_than_the_grids_is_refused_at_run_time():
     """The count is the caller's claim about the grid: the helper asserts it, so a wrong count (a wrong
     vision_patch_counts.json entry) fails loudly, in export or in the program, never gives other ids."""
     grid = torch.tensor([[1, 4, 6], [2, 2, 2]])
-    namespace = {"torch": torch}
-    exec(compile(SEGMENTS + TWINS["get_vision_position_ids"].code, "<helper>", "exec"), namespace)
-    assert namespace["vision_position_ids_from_grid"](grid, 2, False, 32).shape == (32, 2)
+    helper = _compiled(TWINS["get_vision_position_ids"])
+    assert helper(grid, 2, False, 32).shape == (32, 2)
     with pytest.raises(RuntimeError):
-        namespace["vision_position_ids_from_grid"](grid, 2, False, 31)
+        helper(grid, 2, False, 31)
 
 
 @pytest.mark.parametrize("counted", [False, True])
@@ -228,9 +230,7 @@ def test_with_the_count_the_exported_ids_have_the_callers_size(counted: bool):
     """Exported with the number of patches, the ids are sized by the patch dim (no data-dependent size, no
     `repeat_interleave`: ExecuTorch plans its memory from such bounds); without it, a data-dependent size remains.
     The program gives the loop's ids for another number of images of other sizes."""
-    namespace = {"torch": torch}
-    exec(compile(SEGMENTS + TWINS["get_vision_position_ids"].code, "<helper>", "exec"), namespace)
-    helper = namespace["vision_position_ids_from_grid"]
+    helper = _compiled(TWINS["get_vision_position_ids"])
 
     class Tower(torch.nn.Module):
         def forward(self, patches, grid_thw):
@@ -381,38 +381,23 @@ def test_the_committed_table_names_calls_the_installed_models_make():
 
 
 @pytest.mark.parametrize("counted", [False, True])
-def test_the_tensor_ops_form_gives_kimis_frame_index_exactly(counted: bool):
-    """`LOCAL_TWINS`: Kimi K2.5's `get_vision_frame_index` (images and clips of one to three frames)."""
-    try:
-        from transformers.models.kimi_k25.modeling_kimi_k25 import get_vision_frame_index
-    except ImportError:
-        pytest.skip(f"transformers {transformers.__version__} has no kimi_k25")
-    namespace = {"torch": torch}
-    exec(compile(SEGMENTS + LOCAL_TWINS["get_vision_frame_index"].code, "<helper>", "exec"), namespace)
-    helper = namespace["vision_frame_index_from_grid"]
-    for seed in range(40):
-        for grid, _ in _grids(seed):
-            expected = get_vision_frame_index(grid)
-            actual = helper(grid, int(grid.prod(-1).sum()) if counted else None)
-            assert actual.dtype == expected.dtype and torch.equal(actual, expected), grid.tolist()
-
-
-@pytest.mark.parametrize("counted", [False, True])
-def test_the_tensor_ops_form_gives_a_models_own_loops_result_exactly(counted: bool):
-    """`LOCAL_TWINS`: Muse Spark's `get_vision_pixel_shuffle_index`, over random grids, frames and merge sizes."""
-    try:
-        from transformers.models.muse_spark.modeling_muse_spark import get_vision_pixel_shuffle_index
-    except ImportError:
-        pytest.skip(f"transformers {transformers.__version__} has no muse_spark")
-    namespace = {"torch": torch}
-    exec(compile(SEGMENTS + LOCAL_TWINS["get_vision_pixel_shuffle_index"].code, "<helper>", "exec"), namespace)
-    helper = namespace["vision_pixel_shuffle_index_from_grid"]
+@pytest.mark.parametrize(
+    "model, function, merged",
+    [("kimi_k25", "get_vision_frame_index", False), ("muse_spark", "get_vision_pixel_shuffle_index", True)],
+)
+def test_the_tensor_ops_form_gives_a_models_own_loops_result_exactly(model, function, merged, counted: bool):
+    """`LOCAL_TWINS` against the model's own loop over random grids and frames: Kimi K2.5's frame index (images and
+    clips of one to three frames), Muse Spark's pixel shuffle index (and merge sizes: one for all images, as the
+    model's)."""
+    loop = getattr(pytest.importorskip(f"transformers.models.{model}.modeling_{model}"), function)
+    helper = _compiled(LOCAL_TWINS[function])
     for seed in range(40):
         for grid, merge in _grids(seed):
-            if not isinstance(merge, int):
-                continue  # one merge size for all images, as the model's
-            expected = get_vision_pixel_shuffle_index(grid, merge)
-            actual = helper(grid, merge, int(grid.prod(-1).sum()) if counted else None)
+            if merged and not isinstance(merge, int):
+                continue
+            args = (merge,) if merged else ()
+            expected = loop(grid, *args)
+            actual = helper(grid, *args, int(grid.prod(-1).sum()) if counted else None)
             assert actual.dtype == expected.dtype and torch.equal(actual, expected), (grid.tolist(), merge)
 
 
