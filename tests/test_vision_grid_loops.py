@@ -195,6 +195,67 @@ def test_the_installed_helper_is_rewritten_once_and_both_arms_agree():
                 assert all(torch.equal(got, want) for got, want in zip(actual, expected))
 
 
+def test_every_rewritten_function_of_the_installed_helpers_gives_the_original_on_both_arms():
+    """Each function of the rewritten `vision_utils` (and the two that pass the count on), eager and export arm, with
+    and without `num_patches`, against transformers' own: the same tensors and dtypes."""
+    path = find_transformers().root / "vision_utils.py"
+    if not path.is_file():
+        pytest.skip(f"transformers {transformers.__version__} has no vision_utils")
+    change = run_codemods(path.read_text(encoding="utf-8"), path.name, MODULE, codemods=(VisionGridLoops,))
+    module = _rewritten_module(change.rewritten)
+    config = types.SimpleNamespace(_attn_implementation="sdpa")
+    for seed in range(10):
+        for grid, merge in _grids(seed):
+            count = int(grid.prod(-1).sum())
+            sizes = grid[:, 1:]
+            calls = [
+                ("get_vision_cu_seqlens", (grid,), {"merge_temporal": False}),
+                ("get_vision_cu_seqlens", (grid,), {"merge_temporal": True}),
+                ("get_vision_attention_seqlens", (grid, config), {}),
+                ("get_vision_nearest_position_ids", (sizes, 7), {}),
+                ("get_vision_interpolation_indices_and_weights", (grid, 7), {"mode": "bicubic"}),
+                ("get_vision_bilinear_indices_and_weights", (grid, 7, 1), {}),
+            ]
+            if isinstance(merge, int):
+                calls.append(
+                    ("get_vision_interpolation_indices_and_weights", (grid, 7), {"spatial_merge_size": merge})
+                )
+            for name, args, keywords in calls:
+                expected = getattr(vision_utils, name)(*args, **keywords)
+                expected = expected if isinstance(expected, tuple) else (expected,)
+                patches = int(sizes.prod(-1).sum()) if name == "get_vision_nearest_position_ids" else count
+                for exporting in (False, True):
+                    for given in (None, patches):
+                        with mock.patch("torch.compiler.is_exporting", return_value=exporting):
+                            actual = getattr(module, name)(*args, **keywords, num_patches=given)
+                        actual = actual if isinstance(actual, tuple) else (actual,)
+                        for got, want in zip(actual, expected, strict=True):
+                            if isinstance(want, torch.Tensor):
+                                assert got.dtype == want.dtype and torch.equal(got, want), (name, grid.tolist())
+                            else:
+                                assert got == want, (name, grid.tolist())
+
+
+def test_a_function_that_has_a_num_patches_parameter_already_is_refused():
+    path = find_transformers().root / "vision_utils.py"
+    if not path.is_file():
+        pytest.skip(f"transformers {transformers.__version__} has no vision_utils")
+    source = path.read_text(encoding="utf-8").replace(
+        "    include_temporal: bool = False,\n", "    include_temporal: bool = False,\n    num_patches: int = 0,\n"
+    )
+    assert "num_patches: int = 0" in source
+    change = run_codemods(source, path.name, MODULE, codemods=(VisionGridLoops,))
+    refused = {f.construct: f.reason for f in change.findings if f.kind == "refused"}
+    assert refused == {"get_vision_position_ids": "it already has a parameter `num_patches`"}
+    # and a method in between that has one: its calls are left as they are
+    tower = TOWER.replace(
+        "def get_window_index(self, grid_thw, kwargs=None):",
+        "def get_window_index(self, grid_thw, kwargs=None, num_patches=None):",
+    )
+    refused = {f.construct: f.reason for f in _pass_counts(tower).findings if f.kind == "refused"}
+    assert refused["Merger.get_window_index"] == "it already has a parameter `num_patches`"
+
+
 def test_a_loop_other_than_the_proven_one_is_refused():
     path = find_transformers().root / "vision_utils.py"
     if not path.is_file():
