@@ -522,3 +522,15 @@ def test_argsort_of_a_window_index_inverts_it_without_a_sort_and_nothing_else_is
     assert "from ...vision_utils import get_vision_window_index, vision_inverse_permutation" in change.rewritten
     # reassigned by something other than `.to(...)`: maybe no longer a permutation, left as it is
     assert change.rewritten.count("torch.argsort(") == 2
+
+
+def test_a_module_that_defines_a_helpers_name_or_lacks_torch_is_refused():
+    path = find_transformers().root / "vision_utils.py"
+    if not path.is_file():
+        pytest.skip(f"transformers {transformers.__version__} has no vision_utils")
+    source = path.read_text(encoding="utf-8")
+    taken = run_codemods(source + "\n\ndef vision_segments():\n    pass\n", path.name, MODULE, (VisionGridLoops,))
+    reasons = {f.reason for f in taken.findings if f.kind == "refused"}
+    assert reasons == {"the module already defines `vision_segments`"} and "if torch.compiler" not in taken.rewritten
+    no_torch = run_codemods(source.replace("\nimport torch\n", "\n"), path.name, MODULE, (VisionGridLoops,))
+    assert {f.reason for f in no_torch.findings if f.kind == "refused"} == {"the module does not `import torch`"}
