@@ -3,8 +3,9 @@
 `export_test(model_type, codemod)` writes a standalone unittest module for transformers' repository
 (`tests/exporters/test_<codemod>.py`, beside its own export tests): it builds the model type's tiny model (the
 harness's configuration, written out as literals), registers its caches the way transformers' exporters do, exports
-its program with torch.export (non-strict, every dim that differs between the test's inputs dynamic), saves and loads
-it, and checks it against eager at each of the other inputs. Two kinds:
+its program with torch.export (non-strict, every dim that differs between the test's inputs dynamic), and checks it
+against eager at each of the other inputs, as exported (its guards are checked on every call: a guard that rejects a
+valid input fails the test) and after a save and load. Two kinds:
 
 - a decoder LM's decode step: a cache from an eager prefix, new tokens, the mask; the example has 3 new tokens after
   5 cached ones (batch 2), the checks the first step of a generation from a 1-token prompt, batch 4 and a long past;
@@ -135,12 +136,15 @@ class {test_class}(unittest.TestCase):
         # contiguous example tensors: the program then guards on no strides (a sliced cache is a view)
         example = pytree.tree_map_only(torch.Tensor, torch.Tensor.contiguous, inputs[0])
         program = torch.export.export(model, (), example, dynamic_shapes={shapes}, strict=False)
-        program = saved_and_loaded(program)
-        for case in inputs[1:]:
-            with torch.no_grad():  # eager grows the cache it is given: give it a copy
-                expected = model(**pytree.tree_map_only(torch.Tensor, torch.clone, case))
-                actual = program.module()(**case)
-            assert_outputs_close(self, actual.logits, expected.logits, {tolerance})
+        # the program as exported (a guard that rejects a valid input fails the test), then as a user ships it, saved
+        # and loaded (second: a program whose example inputs are cleared checks no guards)
+        for saved in (False, True):
+            exported = saved_and_loaded(program) if saved else program
+            for case in inputs[1:]:
+                with torch.no_grad():  # eager grows the cache it is given: give it a copy
+                    expected = model(**pytree.tree_map_only(torch.Tensor, torch.clone, case))
+                    actual = exported.module()(**case)
+                assert_outputs_close(self, actual.logits, expected.logits, {tolerance})
 '''
 FORWARD = '''
 
@@ -160,12 +164,15 @@ class {test_class}(unittest.TestCase):
         program = torch.export.export(
             model, (), inputs[0], dynamic_shapes=dynamic_shapes(inputs[0], inputs[1:]), strict=False
         )
-        program = saved_and_loaded(program)
-        for case in inputs[1:]:
-            with torch.no_grad():
-                expected = model(**case)
-                actual = program.module()(**case)
-            assert_outputs_close(self, actual, expected, {tolerance})
+        # the program as exported (a guard that rejects a valid input fails the test), then as a user ships it, saved
+        # and loaded (second: a program whose example inputs are cleared checks no guards)
+        for saved in (False, True):
+            exported = saved_and_loaded(program) if saved else program
+            for case in inputs[1:]:
+                with torch.no_grad():
+                    expected = model(**case)
+                    actual = exported.module()(**case)
+                assert_outputs_close(self, actual, expected, {tolerance})
 '''
 
 
