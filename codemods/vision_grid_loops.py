@@ -423,7 +423,10 @@ class VisionGridLoops(Codemod):
     NAME = "vision-grid-loops"
     DESCRIPTION = (
         "The loops of transformers' vision helpers over grid_thw.tolist() become tensor ops under export, so a vision "
-        "tower's position ids and attention windows follow any number of images of any sizes."
+        "tower's position ids and attention windows follow any number of images of any sizes. API: the rewritten "
+        "vision_utils functions gain an optional `num_patches` (the tower's patch count, which its callers hold as "
+        "a tensor size; default None, ignored in eager): without it an exported program's sizes depend on the "
+        "grid's values, which ExecuTorch cannot plan. A wrong count raises."
     )
 
     @classmethod
