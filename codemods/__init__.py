@@ -36,10 +36,16 @@ ALL_CODEMODS: tuple[type[Codemod], ...] = (
 
 
 def upstream_codemods(codemods: tuple[type[Codemod], ...]) -> tuple[type[Codemod], ...]:
-    """The codemods of the upstream form: the same, but caches get counters for transformers' exporters
-    (`cache-export`) instead of a registration of their own at import (`cache-pytree`, what the vendored package
-    needs, having no exporter to extend)."""
-    return tuple(CacheExportCounters if codemod is CachePytreeRegistration else codemod for codemod in codemods)
+    """The codemods of the upstream form: caches get counters for transformers' exporters (`cache-export`) instead of
+    a registration of their own at import (`cache-pytree`, what the vendored package needs, having no exporter to
+    extend). `cond-branches` is left out: no model of a release needs it (on 5.24 it rewrites one check of labels in a
+    loss path, which no inference export traces; COVERAGE's ablation flips no type), and a PR without a test that fails
+    before it is not one to send. It stays in the vendored package and in `exportsmith rewrite PATH`."""
+    return tuple(
+        CacheExportCounters if codemod is CachePytreeRegistration else codemod
+        for codemod in codemods
+        if codemod is not CondBranches
+    )
 
 
 UPSTREAM_CODEMODS = upstream_codemods(ALL_CODEMODS)

@@ -46,7 +46,6 @@ REPRESENTATIVES = {
     "sliding-window-cache": ["mistral"],
     "pad-to-min-length": ["llama", "lfm2"],  # the mask padding; the conv states of update_conv_state
     "export-early-return": ["llama", "mistral", "gemma2"],  # the padding mask sliced to a sliding window
-    "cond-branches": ["wav2vec2"],
     "vision-grid-loops": ["qwen2_5_vl_vision"],  # position ids and window index
     "exclusive-cumsum": ["qwen3_vl_vision"],  # interpolation indices
     "vmap-masks": ["unlimited_ocr_text", "t5gemma2_encoder"],
@@ -59,9 +58,6 @@ TEST_CONFIG = {"moe-expert-loop": {"experts_implementation": "eager"}}
 # Codemods whose failures `Dim.AUTO` accepts (the guards hold over the range, torch cannot prove it): their test declares
 # the new tokens with a named dim, as users do
 NAMED_TOKENS = {"chunk-padding"}
-# Patches that make the same sites export in their own way when a patch is left out: "before" leaves them out too
-# (cond-branches turns the fp16 clamp's `if` into a torch.cond when fp16-clamp has not made it branch-free)
-OVERLAPS = {"fp16-clamp": ("cond-branches",)}
 _EDITED_MODEL = re.compile(r"^diff --git a/src/transformers/models/(\w+)/", re.MULTILINE)
 
 
@@ -77,9 +73,8 @@ def representatives(name: str, patch: str, coverage: dict, tf) -> tuple[list[str
 
 
 def without(name: str) -> tuple:
-    """The codemods whose upstream form is every patch of the series but `name`'s (and its OVERLAPS)."""
-    left_out = {name, *OVERLAPS.get(name, ())}
-    return tuple(codemod for codemod in ALL_CODEMODS if upstream_codemods((codemod,))[0].NAME not in left_out)
+    """The codemods whose upstream form is every patch of the series but `name`'s."""
+    return tuple(codemod for codemod in ALL_CODEMODS if name not in {c.NAME for c in upstream_codemods((codemod,))})
 
 
 class Tree:
@@ -147,7 +142,6 @@ def main(argv: list[str] | None = None) -> int:
             measured[model_type] = {"before": summary(before), "after": summary(after[model_type])}
             print(f"  {model_type}: {_verdict(before)} -> {_verdict(after[model_type])}", file=sys.stderr, flush=True)
         patches[stem] = measured
-        evidence.setdefault("left_out", {})[stem] = [name, *OVERLAPS.get(name, ())]
         evidence["date"] = datetime.date.today().isoformat()
         out.write_text(json.dumps(evidence, indent=1, sort_keys=True) + "\n")
     tests = evidence.setdefault("tests", {})

@@ -52,7 +52,6 @@ def pr_description(
     model_types: list[str],
     torch: str = "",
     test: dict | None = None,
-    left_out: list[str] = (),
 ) -> str:
     """Markdown for the patch of one codemod. `evidence` maps model types to their records before and after the patch
     (`tools/upstream_evidence.py`: `{"before": summary, "after": summary}`, summaries of `verify_model` records:
@@ -101,7 +100,7 @@ def pr_description(
             "--evidence DIR/evidence.json`."
         )
     else:
-        lines.append(_evidence(evidence, version, torch, left_out))
+        lines.append(_evidence(evidence, version, torch))
     if test:
         lines.append("\n## Test\n")
         lines.append(_test(test))
@@ -132,10 +131,9 @@ def new_file_diff(path: str, text: str) -> str:
     return f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1,{len(lines)} @@\n{body}"
 
 
-def _evidence(evidence: dict[str, dict], version: str, torch: str, left_out: list[str] = ()) -> str:
-    others = "".join(f" and without `{name}`" for name in left_out[1:])
+def _evidence(evidence: dict[str, dict], version: str, torch: str) -> str:
     head = (
-        f"On transformers {version} and torch {torch}, the series applied without this patch{others} (before) and the "
+        f"On transformers {version} and torch {torch}, the series applied without this patch (before) and the "
         "whole series (after): transformers' own classes, caches registered the way transformers' exporters register "
         "them, exported (non-strict) with dynamic batch, new-token and past dims in three dynamic-shape styles, run "
         "at every case (batch 1 to 4, 1-token prompts, a 1-token cache, ...) against eager, saved and loaded in a "
@@ -190,10 +188,7 @@ def patch_series(
         if test and "text" in test:
             patch += new_file_diff(test["path"], test["text"])
         files[f"{stem}.patch"] = patch
-        left_out = evidence.get("left_out", {}).get(stem, [name]) if ours else [name]
-        files[f"{stem}.md"] = pr_description(
-            name, found, measured, version, types, evidence.get("torch", ""), test, left_out
-        )
+        files[f"{stem}.md"] = pr_description(name, found, measured, version, types, evidence.get("torch", ""), test)
         order.append(f"{stem}.patch")
     files["series"] = "".join(f"{name}\n" for name in order)
     return files
