@@ -59,7 +59,7 @@ for model_type in sys.argv[1:]:
 assert "generated" not in sys.modules
 print(json.dumps(result))
 """
-# One model per task, plus those whose patches go beyond the cache registration: wav2vec2 (cond-branches), gemma3
+# One model per task, plus those whose patches go beyond the cache registration: gemma3
 # (the vmap-free masking_utils, sliding-window layers), mistral (sliding-window layers).
 PATCHED_MODELS = ["llama", "qwen2_moe", "gemma3", "mistral", "t5", "bert", "vit", "wav2vec2"]
 
@@ -156,6 +156,54 @@ def test_the_executorch_integration_exports_a_sliding_window_model_as_before_on_
         outputs[name] = result.stdout.strip().splitlines()[-1]
     assert outputs["patched"] == outputs["released"]
     assert outputs["released"].startswith("3 5 ")  # input ids, mask, the cache's keys and values
+
+
+# Masks built from mask functions a user passes (`or_mask_function`/`and_mask_function`, public API), written for
+# vmap's 0-d indices: `padding[b][kv]` fails on the broadcast index tensors of the export path, so eager must keep vmap
+USER_MASKS = """
+import torch
+import transformers.masking_utils as mu
+
+padding = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1]]).bool()
+segments = torch.tensor([[0, 0, 0, 1, 1, 1], [0, 0, 1, 1, 1, 2]])
+
+def chained_padding(batch_idx, head_idx, q_idx, kv_idx):
+    return padding[batch_idx][kv_idx] & (kv_idx <= q_idx + 1)
+
+def same_segment(batch_idx, head_idx, q_idx, kv_idx):
+    return segments[batch_idx][q_idx] == segments[batch_idx][kv_idx]
+
+masks = []
+for interface in (mu.sdpa_mask, mu.eager_mask):
+    for function in (mu.or_masks(mu.causal_mask_function, chained_padding), mu.and_masks(mu.causal_mask_function, same_segment)):
+        for q_length, q_offset in ((6, 0), (1, 5)):
+            masks.append(
+                interface(
+                    batch_size=2, q_length=q_length, kv_length=6, q_offset=q_offset, mask_function=function,
+                    attention_mask=padding, allow_is_causal_skip=False, use_vmap=True,
+                )
+            )
+print(repr([mask.tolist() for mask in masks]))
+"""
+
+
+def test_user_vmap_style_mask_functions_give_the_same_masks_on_the_patched_tree(tmp_path, patched_tree):
+    """Eager is unchanged for the public mask-function API: a vmap-style function (chained indexing) builds
+    the same sdpa and eager masks on the released and the patched transformers (the patched tree once raised
+    `IndexError` here)."""
+    outputs = {}
+    for name, path in (("released", ""), ("patched", str(patched_tree / "src"))):
+        result = subprocess.run(
+            [sys.executable, "-c", USER_MASKS],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": path},
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 0, f"{name}: {result.stderr[-2000:]}"
+        outputs[name] = result.stdout.strip().splitlines()[-1]
+    assert outputs["patched"] == outputs["released"]
+    assert "True" in outputs["released"] and "False" in outputs["released"]  # masks that say something
 
 
 @pytest.fixture(scope="module")
