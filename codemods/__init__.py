@@ -35,19 +35,28 @@ ALL_CODEMODS: tuple[type[Codemod], ...] = (
 )
 
 
+# The codemods the upstream series leaves out, and why: a PR belongs in it when a model fails without it. They stay in
+# the vendored package and in `exportsmith rewrite PATH`.
+NOT_UPSTREAM = {
+    CondBranches: "on 5.24 it rewrites one check of labels in wav2vec2's loss, which no inference export traces; no "
+    "model type fails without it (COVERAGE's ablation flips none)",
+    ExclusiveCumsum: "it rewrites the path of get_vision_interpolation_indices_and_weights that runs without "
+    "num_patches; every Qwen3-VL-family tower passes the count (vision-grid-loops), and the two embedders that do not "
+    "(inkling2, paddleocr_vl) fail for other reasons: no model type fails without it",
+}
+
+
 def upstream_codemods(codemods: tuple[type[Codemod], ...]) -> tuple[type[Codemod], ...]:
     """The codemods of the upstream form: caches get counters for transformers' exporters (`cache-export`) instead of
     a registration of their own at import (`cache-pytree`, what the vendored package needs, having no exporter to
-    extend). `cond-branches` is left out: no model of a release needs it (on 5.24 it rewrites one check of labels in a
-    loss path, which no inference export traces; COVERAGE's ablation flips no type), and a PR without a test that fails
-    before it is not one to send. It stays in the vendored package and in `exportsmith rewrite PATH`."""
+    extend), and those of NOT_UPSTREAM are left out."""
     return tuple(
         CacheExportCounters if codemod is CachePytreeRegistration else codemod
         for codemod in codemods
-        if codemod is not CondBranches
+        if codemod not in NOT_UPSTREAM
     )
 
 
 UPSTREAM_CODEMODS = upstream_codemods(ALL_CODEMODS)
 
-__all__ = ["ALL_CODEMODS", "UPSTREAM_CODEMODS", "Codemod", "Finding", "upstream_codemods"]
+__all__ = ["ALL_CODEMODS", "NOT_UPSTREAM", "UPSTREAM_CODEMODS", "Codemod", "Finding", "upstream_codemods"]
