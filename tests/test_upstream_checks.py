@@ -24,10 +24,29 @@ PATCH = """diff --git a/src/transformers/models/llama/modeling_llama.py b/src/tr
 """
 
 
+# A PR's test: a file the series creates, outside the package
+TEST_FILE = """diff --git a/tests/exporters/test_x.py b/tests/exporters/test_x.py
+new file mode 100644
+--- /dev/null
++++ b/tests/exporters/test_x.py
+@@ -0,0 +1,2 @@
++import torch
++    return torch.cat((-x2, x1), dim=-1)
+"""
+
+
 def test_series_lines_tell_moved_new_and_duplicated_code(tmp_path):
     (tmp_path / "0000-llama.patch").write_text(PATCH)
     (tmp_path / "series").write_text("0000-llama.patch\n")
-    assert upstream_checks.series_lines(tmp_path) == {"added": 5, "removed": 1, "new code": 2, "duplicated": 1}
+    counts = {"added": 5, "removed": 1, "test lines": 0, "new code": 2, "duplicated": 1}
+    assert upstream_checks.series_lines(tmp_path) == counts
+
+
+def test_a_created_test_file_counts_as_new_test_lines_and_copies_nothing(tmp_path):
+    (tmp_path / "0000-llama.patch").write_text(PATCH + TEST_FILE)
+    (tmp_path / "series").write_text("0000-llama.patch\n")
+    counts = {"added": 7, "removed": 1, "test lines": 2, "new code": 4, "duplicated": 1}
+    assert upstream_checks.series_lines(tmp_path) == counts
 
 
 def test_edited_models_are_read_from_the_patch_paths(tmp_path):
@@ -42,6 +61,10 @@ def test_a_mismatch_the_released_tree_has_already_is_added_only_when_the_series_
     assert not upstream_checks.added_mismatch(ok, ok)
     assert upstream_checks.added_mismatch(ok, old)  # passed released, fails patched
     assert not upstream_checks.added_mismatch(old, dict(old))  # the same difference on both trees
-    worse = {"status": "mismatch", "files": ["modeling_x.py", "processing_x.py"], "diffs": {**old["diffs"], "modeling_x.py": ["+c"]}}
+    worse = {
+        "status": "mismatch",
+        "files": ["modeling_x.py", "processing_x.py"],
+        "diffs": {**old["diffs"], "modeling_x.py": ["+c"]},
+    }
     assert upstream_checks.added_mismatch(old, worse)
     assert not upstream_checks.added_mismatch(old, ok)  # fixed by the series

@@ -102,7 +102,8 @@ def edited_models(series: Path) -> list[str]:
 
 
 def series_lines(series: Path) -> dict[str, int]:
-    """The series' size in lines: `added` and `removed` (as `git diff --stat` counts them), `new code` (added code
+    """The series' size in lines: `added` and `removed` (as `git diff --stat` counts them), `test lines` (the added
+    lines of the files under tests/: the PRs' tests), `new code` (added code
     lines that are not a line moved or re-indented: the hunk does not remove the same text) and `duplicated` (new
     code lines whose text is already in the file: second copies of existing code, such as an export twin of a loop).
     Code lines are those `_is_code` admits; texts are compared stripped."""
@@ -112,13 +113,16 @@ def series_lines(series: Path) -> dict[str, int]:
             path = next((line[6:] for line in file_diff.splitlines() if line.startswith("+++ b/")), None)
             if path is None:
                 continue
-            source = _installed_root() / path.removeprefix("src/transformers/")
-            original = {line.strip() for line in source.read_text(encoding="utf-8").splitlines()}
+            original = set()  # a file the series creates (a PR's test) has no code to copy
+            if path.startswith("src/transformers/"):
+                source = _installed_root() / path.removeprefix("src/transformers/")
+                original = {line.strip() for line in source.read_text(encoding="utf-8").splitlines()}
             for hunk in file_diff.split("\n@@")[1:]:
                 plus, minus = Counter(), Counter()
                 for line in hunk.splitlines()[1:]:
                     sign, text = line[:1], line[1:].strip()
                     counts["added"] += sign == "+"
+                    counts["test lines"] += sign == "+" and path.startswith("tests/")
                     counts["removed"] += sign == "-"
                     if _is_code(text) and sign in ("+", "-"):
                         (plus if sign == "+" else minus)[text] += 1
@@ -126,7 +130,7 @@ def series_lines(series: Path) -> dict[str, int]:
                     new = max(0, count - minus[text])
                     counts["new code"] += new
                     counts["duplicated"] += new if text in original else 0
-    return {key: counts[key] for key in ("added", "removed", "new code", "duplicated")}
+    return {key: counts[key] for key in ("added", "removed", "test lines", "new code", "duplicated")}
 
 
 def _is_code(text: str) -> bool:
@@ -237,8 +241,8 @@ def main() -> int:
     size = series_lines(series)
     text = (
         f"# The upstream series\n\n{len((series / 'series').read_text().split())} patches: +{size['added']} "
-        f"-{size['removed']} lines; {size['new code']} new code lines, {size['duplicated']} of them second copies of "
-        "code the file already has.\n"
+        f"-{size['removed']} lines ({size['test lines']} of the added in the PRs' tests); {size['new code']} new code "
+        f"lines, {size['duplicated']} of them second copies of code the file already has.\n"
     )
     status = 0
     if args.repo:
