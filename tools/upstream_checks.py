@@ -103,7 +103,7 @@ def edited_models(series: Path) -> list[str]:
 
 def series_lines(series: Path) -> dict[str, int]:
     """The series' size in lines: `added` and `removed` (as `git diff --stat` counts them), `test lines` (the added
-    lines of the files under tests/: the PRs' tests), `new code` (added code
+    lines of the files under tests/: the PRs' tests), and of the package's lines: `new code` (added code
     lines that are not a line moved or re-indented: the hunk does not remove the same text) and `duplicated` (new
     code lines whose text is already in the file: second copies of existing code, such as an export twin of a loop).
     Code lines are those `_is_code` admits; texts are compared stripped."""
@@ -124,7 +124,7 @@ def series_lines(series: Path) -> dict[str, int]:
                     counts["added"] += sign == "+"
                     counts["test lines"] += sign == "+" and path.startswith("tests/")
                     counts["removed"] += sign == "-"
-                    if _is_code(text) and sign in ("+", "-"):
+                    if _is_code(text) and sign in ("+", "-") and not path.startswith("tests/"):
                         (plus if sign == "+" else minus)[text] += 1
                 for text, count in plus.items():
                     new = max(0, count - minus[text])
@@ -242,7 +242,7 @@ def main() -> int:
     text = (
         f"# The upstream series\n\n{len((series / 'series').read_text().split())} patches: +{size['added']} "
         f"-{size['removed']} lines ({size['test lines']} of the added in the PRs' tests); {size['new code']} new code "
-        f"lines, {size['duplicated']} of them second copies of code the file already has.\n"
+        f"lines in the package, {size['duplicated']} of them second copies of code the file already has.\n"
     )
     status = 0
     if args.repo:
