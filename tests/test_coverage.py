@@ -386,3 +386,14 @@ def test_configuration_types_without_a_model_class_are_counted_apart():
     assert "- **generated**: 1 of 1 architectures export and match eager (100.0%)" in text
     assert "- counted apart: 1 configuration types with no model class of their own" in text
     assert "| m | FooModel | **build**: LookupError: no model class for SamMaskDecoderConfig" in text
+
+
+def test_a_table_without_the_original_column_does_not_claim_the_generated_copy_equals_it():
+    """A release swept for the generated column only: no '0 model types' where the original was never run."""
+    swept = {"generated": {"a": record("ok"), "b": record("export-error", "boom")}}
+    text = coverage.markdown(coverage.table(swept, ["a", "b"], {}), {})
+    assert "The original was not swept" in text
+    assert "passes where the original fails" not in text
+    both = {**swept, "original": {"a": record("export-error", "boom"), "b": record("export-error", "boom")}}
+    text = coverage.markdown(coverage.table(both, ["a", "b"], {}), {})
+    assert "The generated copy passes where the original fails for 1 model types" in text

@@ -390,18 +390,21 @@ def markdown(data: dict, model_seconds: dict[str, float]) -> str:
                 )
     moved = data["moves"]
     carried = data.get("carried") or {"columns": []}
-    lines += [
-        "",
-        f"The generated copy passes where the original fails for {len(moved['fixed'])} model types, and fails where the"
-        f" original passes for {len(moved['broken'])}"
-        + (f" ({', '.join(moved['broken'])})." if moved["broken"] else ".")
-        + (
-            f" (The original's cells are carried over from {carried['date']}, measured with the earlier harness: a type"
-            " listed here may fail the new cases in the original too.)"
-            if "original" in carried["columns"]
-            else ""
-        ),
-    ]
+    if all(row["original"]["status"] == "not-run" for row in data["models"]):
+        lines += ["", "The original was not swept: this table does not say where the generated copy differs from it."]
+    else:
+        lines += [
+            "",
+            f"The generated copy passes where the original fails for {len(moved['fixed'])} model types, and fails where the"
+            f" original passes for {len(moved['broken'])}"
+            + (f" ({', '.join(moved['broken'])})." if moved["broken"] else ".")
+            + (
+                f" (The original's cells are carried over from {carried['date']}, measured with the earlier harness: a type"
+                " listed here may fail the new cases in the original too.)"
+                if "original" in carried["columns"]
+                else ""
+            ),
+        ]
     for codemod, names in moved["needs"].items():
         lines.append(
             f"- verify only with the `{codemod}` rewrite ({len(names)}; the generated copy without it fails,"
