@@ -138,22 +138,24 @@ print(len(signature.user_inputs), len(signature.user_outputs), " ".join(str(prog
 """
 
 
+def last_lines_on_both_trees(code: str, cwd: Path, patched_tree: Path) -> dict[str, str]:
+    """{"released": ..., "patched": ...}: the last line `code` prints with the installed transformers and with the
+    patched tree's."""
+    outputs = {}
+    for name, path in (("released", ""), ("patched", str(patched_tree / "src"))):
+        env = {**os.environ, "PYTHONPATH": path}
+        result = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True)
+        assert result.returncode == 0, f"{name}: {result.stderr[-2000:]}"
+        outputs[name] = result.stdout.strip().splitlines()[-1]
+    return outputs
+
+
 def test_the_executorch_integration_exports_a_sliding_window_model_as_before_on_the_patched_tree(
     tmp_path, patched_tree
 ):
     """The patches add no registration of their own: transformers' ExecuTorch integration registers `DynamicCache`
     its way and its program keeps its signature (a registration at import would win over it)."""
-    outputs = {}
-    for name, path in (("released", ""), ("patched", str(patched_tree / "src"))):
-        result = subprocess.run(
-            [sys.executable, "-c", EXECUTORCH_EXPORT],
-            cwd=tmp_path,
-            env={**os.environ, "PYTHONPATH": path},
-            capture_output=True,
-            text=True,
-        )
-        assert result.returncode == 0, result.stderr[-2000:]
-        outputs[name] = result.stdout.strip().splitlines()[-1]
+    outputs = last_lines_on_both_trees(EXECUTORCH_EXPORT, tmp_path, patched_tree)
     assert outputs["patched"] == outputs["released"]
     assert outputs["released"].startswith("3 5 ")  # input ids, mask, the cache's keys and values
 
@@ -191,17 +193,7 @@ def test_user_vmap_style_mask_functions_give_the_same_masks_on_the_patched_tree(
     """Eager is unchanged for the public mask-function API: a vmap-style function (chained indexing) builds
     the same sdpa and eager masks on the released and the patched transformers (the patched tree once raised
     `IndexError` here)."""
-    outputs = {}
-    for name, path in (("released", ""), ("patched", str(patched_tree / "src"))):
-        result = subprocess.run(
-            [sys.executable, "-c", USER_MASKS],
-            cwd=tmp_path,
-            env={**os.environ, "PYTHONPATH": path},
-            capture_output=True,
-            text=True,
-        )
-        assert result.returncode == 0, f"{name}: {result.stderr[-2000:]}"
-        outputs[name] = result.stdout.strip().splitlines()[-1]
+    outputs = last_lines_on_both_trees(USER_MASKS, tmp_path, patched_tree)
     assert outputs["patched"] == outputs["released"]
     assert "True" in outputs["released"] and "False" in outputs["released"]  # masks that say something
 
