@@ -431,3 +431,34 @@ def test_the_loading_process_allows_every_cache_layer_class(tmp_path):
     )
     result = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_a_pr_test_checks_the_program_as_exported_before_it_saves_it():
+    """A program whose example inputs are cleared (as a save without them does) checks no guards in torch 2.13, so
+    the PR tests run the program as exported first: a guard that rejects a valid input fails them."""
+    import torch
+
+    from exportsmith.upstream_tests import export_test
+
+    class Branch(torch.nn.Module):
+        def forward(self, x, n):
+            return x + 1 if x.shape[0] <= n.shape[0] else x - 1
+
+    auto = {0: torch.export.Dim.AUTO}
+    program = torch.export.export(Branch(), (torch.ones(3), torch.ones(5)), dynamic_shapes=(auto, auto), strict=False)
+    with pytest.raises(AssertionError, match="Guard failed"):
+        program.module()(torch.ones(6), torch.ones(5))
+    program.example_inputs = None
+    assert torch.equal(program.module()(torch.ones(6), torch.ones(5)), torch.full((6,), 2.0))  # the traced branch
+    for model_type in ("llama", "bert"):  # a decode step and a forward
+        _, text = export_test(model_type, "tensor-len")
+        assert "for saved in (False, True):" in text
+        assert "exported = saved_and_loaded(program) if saved else program" in text
+        assert text.count("saved_and_loaded(program)") == 2  # the helper's definition and its one call
+
+
+def test_the_vision_grid_loops_pr_text_names_the_api_it_adds():
+    from exportsmith.upstream import pr_description
+
+    text = pr_description("vision-grid-loops", [], {}, TF.version, [])
+    assert "optional `num_patches`" in text and "default None, ignored in eager" in text
