@@ -113,7 +113,8 @@ def series_lines(series: Path) -> dict[str, int]:
             path = next((line[6:] for line in file_diff.splitlines() if line.startswith("+++ b/")), None)
             if path is None:
                 continue
-            original = set()  # a file the series creates (a PR's test) has no code to copy
+            is_test = path.startswith("tests/")  # a PR's test: its own count, and no code of the file to copy
+            original = set()
             if path.startswith("src/transformers/"):
                 source = _installed_root() / path.removeprefix("src/transformers/")
                 original = {line.strip() for line in source.read_text(encoding="utf-8").splitlines()}
@@ -122,9 +123,9 @@ def series_lines(series: Path) -> dict[str, int]:
                 for line in hunk.splitlines()[1:]:
                     sign, text = line[:1], line[1:].strip()
                     counts["added"] += sign == "+"
-                    counts["test lines"] += sign == "+" and path.startswith("tests/")
+                    counts["test lines"] += sign == "+" and is_test
                     counts["removed"] += sign == "-"
-                    if _is_code(text) and sign in ("+", "-") and not path.startswith("tests/"):
+                    if _is_code(text) and sign in ("+", "-") and not is_test:
                         (plus if sign == "+" else minus)[text] += 1
                 for text, count in plus.items():
                     new = max(0, count - minus[text])

@@ -47,7 +47,6 @@ REPRESENTATIVES = {
     "pad-to-min-length": ["llama", "lfm2"],  # the mask padding; the conv states of update_conv_state
     "export-early-return": ["llama", "mistral", "gemma2"],  # the padding mask sliced to a sliding window
     "vision-grid-loops": ["qwen2_5_vl_vision"],  # position ids and window index
-    "exclusive-cumsum": ["qwen3_vl_vision"],  # interpolation indices
     "vmap-masks": ["unlimited_ocr_text", "t5gemma2_encoder"],
 }
 # Codemods whose paths only half precision takes: their test runs the model in float16
