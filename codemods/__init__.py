@@ -1,6 +1,7 @@
 """The codemods, in pipeline order. Each entry is one module with one class; `NAME`s are stable and unique."""
 
 from .base import Codemod, Finding
+from .bounded_topk import BoundedTopk
 from .cache_export import CacheExportCounters
 from .cache_pytree import CachePytreeRegistration
 from .chunk_padding import ChunkPadding
@@ -32,6 +33,7 @@ ALL_CODEMODS: tuple[type[Codemod], ...] = (
     VisionGridLoops,
     ExclusiveCumsum,
     VmapMasks,
+    BoundedTopk,
 )
 
 
