@@ -166,3 +166,27 @@ def test_a_placeholder_never_takes_a_name_that_is_registered_and_is_registered_o
     # the package's own tables again (an importlib.reload of the package): nothing new
     loading.defer_registrations("generated", {".gemma3.modeling_gemma3": ("Gemma3CausalLMOutputWithPast",)})
     assert len(pytree.SUPPORTED_NODES) == nodes
+
+
+class _ReadsEncoderOutputs(torch.nn.Module):
+    def forward(self, encoder_outputs, scale):
+        return encoder_outputs.last_hidden_state * scale
+
+
+def test_an_encoder_output_object_input_reaches_the_fresh_process_built_from_its_fields(tmp_path):
+    # no weights-only load accepts a ModelOutput, even allowlisted (an OrderedDict subclass): the harness writes its
+    # fields and the fresh process builds the object again, as a runtime builds it from an encoder's outputs
+    from transformers.modeling_outputs import BaseModelOutput
+
+    from exportsmith.verify.check import Case, plain_inputs, save_and_load
+
+    def inputs():
+        return {"encoder_outputs": BaseModelOutput(last_hidden_state=torch.ones(2, 3)), "scale": torch.full((3,), 2.0)}
+
+    torch.save(inputs(), tmp_path / "inputs.pt")
+    with pytest.raises(Exception, match="SETITEM"), torch.serialization.safe_globals([BaseModelOutput]):
+        torch.load(tmp_path / "inputs.pt", weights_only=True)
+    assert set(plain_inputs(inputs())["encoder_outputs"]) == {"__model_output__", "last_hidden_state"}
+    exported = torch.export.export(_ReadsEncoderOutputs(), (), inputs(), strict=False)
+    loaded = save_and_load(exported, Case("example", 2, 3, 0, inputs))
+    assert torch.equal(loaded, torch.full((2, 3), 2.0))

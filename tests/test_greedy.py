@@ -4,10 +4,15 @@ The loops are run here with the eager model itself standing in for its programs 
 tokens exactly, which checks that the loop feeds tokens, masks and caches as generate does), and with a decode step
 that picks another token at one step (a difference, found at that step)."""
 
+from functools import partial
+
 import pytest
 import torch
 
+from transformers.modeling_outputs import BaseModelOutput
+
 from exportsmith.verify.check import MAX_ABS_DIFF, build_pair, media_encoder_inputs, programs_for
+from exportsmith.verify.encoder_outputs import greedy_encoder_outputs
 from exportsmith.verify.greedy import NEW_TOKENS, PROMPT_LENGTHS, greedy_loops, is_tie, reference
 from exportsmith.verify.tasks import forward_parameters, main_input, vocab
 
@@ -118,3 +123,36 @@ def test_a_model_without_generate_gets_no_loop():
     original, _ = build_pair("pix2struct_text_model", None)  # a decoder tower: its container generates
     assert not hasattr(original, "generate")
     assert greedy_loops(original, original, original, False, vocab(original.config), MAX_ABS_DIFF) == []
+
+
+def test_a_model_that_reads_its_encoder_outputs_by_name_gets_its_encoders_own_output_object():
+    # t5 wraps a tuple itself (the simplest form a runtime feeds); t5gemma reads `encoder_outputs.last_hidden_state`
+    # ("'tuple' object has no attribute 'last_hidden_state'" on a tuple) and gets what its encoder returns, as
+    # generate() gives it; the greedy loop builds the same form from the forward program's encoder state
+    for model_type, form in (("t5", tuple), ("t5gemma", BaseModelOutput)):
+        original, _ = build_pair(model_type, None)
+        decode = programs_for(original)[0]
+        assert decode.name == "decode"
+        encoder_outputs = decode.cases[0].inputs()["encoder_outputs"]
+        assert type(encoder_outputs) is form and len(encoder_outputs) == 1  # a ModelOutput: its non-None fields
+        built = greedy_encoder_outputs(original, encoder_outputs[0])
+        assert type(built) is type(encoder_outputs)
+        loops = greedy_loops(
+            original,
+            original,
+            original,
+            True,
+            vocab(original.config),
+            MAX_ABS_DIFF,
+            encoder_outputs=partial(greedy_encoder_outputs, original),
+        )
+        assert loops and all(loop.match for loop in loops), [loop.describe() for loop in loops]
+
+
+def test_an_encoder_of_images_beside_a_prompt_is_given_its_forward_inputs():
+    # florence2's forward takes `input_ids` (its task prompt) and `pixel_values`: a prompt alone is no input for it
+    original, _ = build_pair("florence2", None)
+    encoder_inputs = media_encoder_inputs(original)
+    assert encoder_inputs is not None and "pixel_values" in encoder_inputs(1)
+    t5, _ = build_pair("t5", None)
+    assert media_encoder_inputs(t5) is None

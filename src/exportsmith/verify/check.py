@@ -56,6 +56,7 @@ from torch.utils import _pytree as pytree
 from transformers import DynamicCache, PretrainedConfig
 from transformers.utils import ModelOutput
 
+from exportsmith.verify.encoder_outputs import decode_encoder_outputs, encoder_output_capture, greedy_encoder_outputs
 from exportsmith.verify.errors import first_line, user_location
 from exportsmith.verify.greedy import greedy_loops
 from exportsmith.verify.guards import GuardLog, guard_source
@@ -337,7 +338,7 @@ def check_programs(
     if not diff <= allowed(output_tensors(references[program.name, case.name])):
         return result.fail("save-load", f"loaded {program.name} program at {case.name}: max|diff|={diff:.3g}")
     runnables = {program.name: runnable_of(exported[program.name, styles[0]]) for program in programs}
-    loops = lm_greedy_loops(model if original is None else original, runnables, ATOL)
+    loops = lm_greedy_loops(model if original is None else original, runnables, ATOL, model)
     result.greedy = [asdict(loop) for loop in loops]
     failed = [loop for loop in loops if not loop.ok]
     if failed:
@@ -346,10 +347,12 @@ def check_programs(
     return result
 
 
-def lm_greedy_loops(original: torch.nn.Module, runnables: dict[str, Callable], tolerance: float) -> list:
+def lm_greedy_loops(
+    original: torch.nn.Module, runnables: dict[str, Callable], tolerance: float, subject: torch.nn.Module
+) -> list:
     """The greedy loops (greedy.GreedyRecord) of a decoder LM's prefill and decode, or an encoder-decoder LM's forward
-    and decode, driven by `runnables` (program name -> callable) against `original`'s generate; none for other
-    models."""
+    and decode, driven by `runnables` (program name -> callable) of `subject` (the model exported) against
+    `original`'s generate; none for other models."""
     if set(runnables) not in ({"decode", "prefill"}, {"decode", "forward"}):
         return []
     first = "prefill" if "prefill" in runnables else "forward"
@@ -361,16 +364,22 @@ def lm_greedy_loops(original: torch.nn.Module, runnables: dict[str, Callable], t
         vocab_size=vocab(original.config),
         tolerance=tolerance,
         encoder_inputs=media_encoder_inputs(original) if first == "forward" else None,
+        encoder_outputs=partial(greedy_encoder_outputs, subject),
     )
 
 
 def media_encoder_inputs(model: torch.nn.Module) -> Callable[[int], dict] | None:
-    """For an encoder-decoder whose encoder takes audio or images, its forward program's seeded inputs at a given
-    batch (what its greedy loops encode); None for a text encoder (the loops draw prompts)."""
-    if model.main_input_name == "input_ids":
-        return None
+    """For an encoder-decoder whose encoder takes audio or images (beside a prompt or not: florence2), its forward
+    program's seeded inputs at a given batch (what its greedy loops encode); None for a text encoder (the loops draw
+    prompts)."""
     layout = audio_layout(model)
+    if model.main_input_name == "input_ids" and set(dummy_inputs(model, layout, InputShape(batch=1))) <= TEXT_INPUTS:
+        return None
     return lambda batch: dummy_inputs(model, layout, InputShape(batch=batch, seed=batch))
+
+
+# What an encoder-decoder that takes nothing but text takes
+TEXT_INPUTS = frozenset({"input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask"})
 
 
 MODELS_PACKAGE = "transformers.models."
@@ -386,7 +395,9 @@ def build_pair(
     return original, build_copy(original, config, package, share) if package is not None else None
 
 
-def build_original(model_type: str, config: PretrainedConfig | None = None) -> tuple[torch.nn.Module, PretrainedConfig]:
+def build_original(
+    model_type: str, config: PretrainedConfig | None = None
+) -> tuple[torch.nn.Module, PretrainedConfig]:
     """transformers' model of `config` (default: the type's tiny config, within the parameter budget), eval, and the
     config it was built from. A given config is a real one (`real.py`): no parameter budget."""
     _, original_class = model_class(model_type)
@@ -573,25 +584,29 @@ def seq2seq_case(original: torch.nn.Module, layout: int, case_and_length) -> Cas
 
 
 def seq2seq_inputs(original: torch.nn.Module, layout: int, shape: InputShape, past: int) -> dict:
-    """A decode step as `generate` makes it: encoder outputs, the encoder's attention mask, the new decoder tokens and
-    an EncoderDecoderCache of the `past` first ones, all from the original model on seeded full inputs."""
+    """A decode step as `generate` makes it: the encoder's outputs (`encoder_outputs.decode_encoder_outputs`), the
+    encoder's attention mask, the new decoder tokens and an EncoderDecoderCache of the `past` first ones, all from the
+    original model on seeded full inputs."""
     full = dummy_inputs(original, layout, shape)
     decoder_ids = full.pop("decoder_input_ids")
-    with torch.no_grad():
-        prefix = original(**full, decoder_input_ids=decoder_ids[:, :past], use_cache=True)
+    captured, hook = encoder_output_capture(original)
+    try:
+        with torch.no_grad():
+            prefix = original(**full, decoder_input_ids=decoder_ids[:, :past], use_cache=True)
+    finally:
+        if hook is not None:
+            hook.remove()
     inputs = {
-        # a tuple, not a BaseModelOutput: torch.export.load unpickles example inputs weights-only, and a ModelOutput
-        # (an OrderedDict subclass) cannot be unpickled that way. Fresh contiguous tensors, as a runtime feeds them: a
-        # view (fsmt's encoder returns a transpose, the new tokens are a slice) makes export guard on the sizes of the
-        # tensor it views, and the program then fails on a tensor that is no view ('NoneType' object has no attribute
-        # 'size')
-        "encoder_outputs": (prefix.encoder_last_hidden_state.clone(memory_format=torch.contiguous_format),),
+        "encoder_outputs": (prefix.encoder_last_hidden_state,),
+        # a fresh contiguous tensor, as a runtime feeds it: a view (the new tokens are a slice) makes export guard on
+        # the sizes of the tensor it views, and the program then fails on a tensor that is no view
         "decoder_input_ids": decoder_ids[:, past:].clone(memory_format=torch.contiguous_format),
         cache_keyword(original): output_cache(prefix),
         "use_cache": True,
     }
     if "attention_mask" in full:
         inputs["attention_mask"] = full["attention_mask"]
+    inputs["encoder_outputs"] = decode_encoder_outputs(original, captured[0] if captured else None, inputs)
     return inputs
 
 
@@ -817,9 +832,7 @@ def export_message(error: BaseException) -> str:
                 verdict = (
                     " (true over the whole range: torch cannot prove it)"
                     if failing is False
-                    else f" (false at {name} = {failing}: the code pins it)"
-                    if failing
-                    else ""
+                    else f" (false at {name} = {failing}: the code pins it)" if failing else ""
                 )
                 return f"{message} Unsatisfied for some {name}: {guard[:160]}{verdict}"
     return message
@@ -922,7 +935,7 @@ def save_and_load(exported, case: Case, imports: tuple[str, ...] = ()):
             os.path.join(directory, name) for name in ("program.pt2", "inputs.pt", "outputs.pt")
         )
         torch.export.save(exported, program)
-        torch.save(case.inputs(), inputs)
+        torch.save(plain_inputs(case.inputs()), inputs)
         # the harness's sys.path (where the package lives), in the order it has it; run from the temporary directory:
         # `python -c` puts its working directory first, and the harness's (a repository's root) may hold another
         # package of the same name (the coverage sweep's `build/coverage/generated` against the committed one)
@@ -945,8 +958,25 @@ def save_and_load(exported, case: Case, imports: tuple[str, ...] = ()):
         return torch.load(outputs, weights_only=False)
 
 
+def plain_inputs(inputs: dict) -> dict:
+    """`inputs` as a file a weights-only load reads: an input that is a ModelOutput (an encoder's outputs), which no
+    weights-only load accepts (it is an OrderedDict subclass), as a dict of its fields with its class's name under
+    MODEL_OUTPUT; the fresh process builds the object from them, as a runtime builds it from an encoder's outputs."""
+    return {
+        name: (
+            {MODEL_OUTPUT: f"{type(value).__module__}:{type(value).__qualname__}", **value}
+            if isinstance(value, ModelOutput)
+            else value
+        )
+        for name, value in inputs.items()
+    }
+
+
+MODEL_OUTPUT = "__model_output__"  # FRESH_LOAD spells it too
+
 # The fresh process: import what a user imports first, load the program, run it at the inputs (unpickled weights-only,
-# as a runtime fed from a file would: a cache must be a safe global), save the outputs.
+# as a runtime fed from a file would: a cache must be a safe global; a ModelOutput is built from its fields), save
+# the outputs.
 FRESH_LOAD = """
 import importlib, os, sys
 if sys.platform == "linux":  # die with the harness's process (a sweep kills a child that runs past its timeout)
@@ -959,6 +989,10 @@ for module in filter(None, sys.argv[1].split(",")):
     importlib.import_module(module)
 program = torch.export.load(sys.argv[2])
 inputs = torch.load(sys.argv[3], weights_only=True)
+for name, value in inputs.items():
+    if isinstance(value, dict) and "__model_output__" in value:
+        module, _, qualname = value.pop("__model_output__").partition(":")
+        inputs[name] = getattr(importlib.import_module(module), qualname)(**value)
 torch.manual_seed(0)
 with torch.no_grad():
     torch.save(program.module()(**inputs), sys.argv[4])

@@ -137,7 +137,7 @@ def verify_executorch(model_type: str, package: str = "generated") -> Executorch
                 record.max_diff = max_abs_diff(references[program.name, case.name], actual)
             result.cases.append(record)
 
-    return result.conclude(original, methods, EXECUTORCH_MAX_ABS_DIFF, "runtime-error")
+    return result.conclude(original, generated, methods, EXECUTORCH_MAX_ABS_DIFF, "runtime-error")
 
 
 def bounded_dims(program: Program) -> dict:

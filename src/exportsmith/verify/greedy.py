@@ -90,10 +90,12 @@ def greedy_loops(
     vocab_size: int,
     tolerance: float,
     encoder_inputs: EncoderInputs | None = None,
+    encoder_outputs: Callable[[torch.Tensor], object] = lambda last_hidden_state: (last_hidden_state,),
 ) -> list[GreedyRecord]:
     """A greedy loop for each prompt length and batch: `prefill` (a decoder LM's prefill program, or an
     encoder-decoder's forward program) then `decode`, against `original`'s generate. `encoder_inputs(batch)`, for an
-    encoder-decoder whose encoder does not take text: its forward program's inputs at that batch (one loop a batch)."""
+    encoder-decoder whose encoder does not take text: its forward program's inputs at that batch (one loop a batch).
+    `encoder_outputs(last_hidden_state)`: the decode program's `encoder_outputs` (default: a tuple)."""
     if not isinstance(original, GenerationMixin):
         return []
     media = main_input(original, forward_parameters(original)) if encoder_inputs is not None else None
@@ -110,7 +112,7 @@ def greedy_loops(
             try:
                 expected, expected_logits = reference(original, inputs)
                 if encoder_decoder:
-                    actual = encoder_decoder_loop(original, prefill, decode, inputs)
+                    actual = encoder_decoder_loop(original, prefill, decode, inputs, encoder_outputs)
                 else:
                     actual = decoder_loop(original, prefill, decode, inputs["input_ids"])
             except NotATokenLoop:
@@ -233,10 +235,13 @@ def generate_inputs(model: torch.nn.Module, inputs: dict) -> dict:
     return encoder
 
 
-def encoder_decoder_loop(model: torch.nn.Module, forward: Runnable, decode: Runnable, inputs: dict) -> torch.Tensor:
+def encoder_decoder_loop(
+    model: torch.nn.Module, forward: Runnable, decode: Runnable, inputs: dict, encoder_outputs: Callable
+) -> torch.Tensor:
     """The new token ids of an encoder-decoder's greedy loop: the forward program on the encoder's `inputs` (a prompt
     and its mask, or audio or images), the decoder start token and `use_cache=True`, then the decode program with the
-    encoder's output, the encoder's attention mask (where its inputs have one) and the cache."""
+    encoder's output (`encoder_outputs(last_hidden_state)`), the encoder's attention mask (where its inputs have one)
+    and the cache."""
     keyword = cache_keyword(model)
     encoder = encoder_only(inputs)
     batch = encoder[main_input(model, forward_parameters(model))].shape[0]
@@ -245,11 +250,11 @@ def encoder_decoder_loop(model: torch.nn.Module, forward: Runnable, decode: Runn
     with torch.no_grad():
         decoder_ids = torch.full((batch, 1), start, dtype=torch.long)
         out = forward(**encoder, decoder_input_ids=decoder_ids, use_cache=True)
-        encoder_outputs = (out.encoder_last_hidden_state,)
+        encoder_state = encoder_outputs(out.encoder_last_hidden_state)
         tokens = [out.logits[:, -1].argmax(-1, keepdim=True)]
         for _ in range(1, NEW_TOKENS):
             out = decode(
-                encoder_outputs=encoder_outputs,
+                encoder_outputs=encoder_state,
                 decoder_input_ids=tokens[-1],
                 use_cache=True,
                 **mask,

@@ -115,11 +115,11 @@ class RuntimeResult:
         return f"{self.model_type}: {self.runtime} ok max|diff|={self.max_diff:.3g} ({seconds}){loops}"
 
     def conclude(
-        self, original, runnables: dict, tolerance: float, error_kind: str, errors: Sequence[str] = ()
+        self, original, generated, runnables: dict, tolerance: float, error_kind: str, errors: Sequence[str] = ()
     ) -> "RuntimeResult":
         """The verdict once every case ran: a mismatch above `tolerance` first (a wrong result is worse than a
         refused input), then `errors` and the cases' errors as `error_kind`, then an LM's greedy loops driven by
-        `runnables` (program name -> callable); ok otherwise."""
+        `runnables` (program name -> callable) of `generated`; ok otherwise."""
         mismatched = [r for r in self.cases if r.max_diff is not None and not r.max_diff <= tolerance]
         if mismatched:
             return self.fail(
@@ -128,7 +128,7 @@ class RuntimeResult:
         errors = [*errors, *(f"{r.program} {r.name}: {r.error}" for r in self.cases if r.error is not None)]
         if errors:
             return self.fail(error_kind, "; ".join(errors))
-        loops = lm_greedy_loops(original, runnables, tolerance)
+        loops = lm_greedy_loops(original, runnables, tolerance, generated)
         self.greedy = [asdict(loop) for loop in loops]
         failed = [loop for loop in loops if not loop.ok]
         if failed:
@@ -205,7 +205,7 @@ def verify_onnx(model_type: str, package: str = "generated") -> OnnxResult:
 
     if export_errors:
         return result.fail("onnx-export-error", "; ".join(export_errors))
-    result.conclude(original, sessions, ONNX_MAX_ABS_DIFF, "ort-error", session_errors)
+    result.conclude(original, generated, sessions, ONNX_MAX_ABS_DIFF, "ort-error", session_errors)
     if result.failure == "mismatch" and random_ops:
         result.message += (
             f" (the graph samples random numbers, {', '.join(sorted(random_ops))}: ONNX Runtime's generator does not"
