@@ -730,3 +730,23 @@ def test_cache_export_refuses_a_flattener_it_does_not_know_and_says_why():
     assert "counters not added" in finding.reason
     (finding,) = _run(FIXTURES / "cache_export" / "exporter_dynamo.in.py").findings
     assert finding.kind == "rewritten"
+
+
+def test_a_helper_added_for_rewrites_outside_modeling_code_is_taken_back_with_them():
+    """conditional_detr's modular file defines its image processor's post-processing (a top-k bounded by `min`),
+    which the converter puts in another file than the modeling file: the rewrite is refused, and the helper the
+    codemod would add at the top level is not left behind."""
+    from exportsmith.pipeline import OUTSIDE_MODELING_CODE
+
+    source = (
+        "import torch\n\n\nclass ToyLayer:\n    pass\n\n\nclass ToyImageProcessor:\n"
+        "    def post_process(self, prob, top_k):\n        k_value = min(top_k, prob.size(1))\n"
+        "        return torch.topk(prob, k_value, dim=1)\n"
+    )
+    expansion = "import torch\n\n\nclass ToyLayer(nn.Module):\n    pass\n"
+    relpath, module = "models/toy/modular_toy.py", "transformers.models.toy.modular_toy"
+    change = run_codemods(source, relpath, module, (BY_NAME["bounded_topk"],), expansions=(expansion,))
+    assert [(f.kind, f.reason) for f in change.findings] == [("refused", OUTSIDE_MODELING_CODE)]
+    assert not change.changed and change.rewritten == source
+    alone = run_codemods(source, relpath, module, (BY_NAME["bounded_topk"],))
+    assert "def topk_size" in alone.rewritten and [f.kind for f in alone.findings] == ["rewritten"]

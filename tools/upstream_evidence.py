@@ -56,7 +56,7 @@ HALF_PRECISION = {"fp16-clamp"}
 TEST_CONFIG = {"moe-expert-loop": {"experts_implementation": "eager"}}
 # Codemods whose failures `Dim.AUTO` accepts (the guards hold over the range, torch cannot prove it): their test declares
 # the new tokens with a named dim, as users do
-NAMED_TOKENS = {"chunk-padding"}
+NAMED_TOKENS = {"chunk-padding", "bounded-topk"}
 _EDITED_MODEL = re.compile(r"^diff --git a/src/transformers/models/(\w+)/", re.MULTILINE)
 
 

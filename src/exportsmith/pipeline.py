@@ -110,7 +110,8 @@ def _keep_as_written(
     new: cst.Module, old: cst.Module, findings: list[Finding], codes: StatementCodes, modeling: set[str] | None
 ) -> tuple[cst.Module, list[Finding]]:
     """`new` with every top-level class or function that must keep its text (`_left_as_written`) as it is in `old`;
-    a rewrite reported inside one becomes a refusal with the reason."""
+    a rewrite reported inside one becomes a refusal with the reason. When no rewrite is left, `old` itself (without
+    a helper the codemod added at the top level for the rewrites taken back)."""
     if new is old:
         return new, findings
     before = {}  # name -> (position in `old`, statement, why it keeps its text)
@@ -135,6 +136,8 @@ def _keep_as_written(
         if finding.kind == "rewritten" and reason:
             finding = replace(finding, kind="refused", reason=reason)
         kept.append(finding)
+    if not any(finding.kind == "rewritten" for finding in kept):
+        return old, kept  # every rewrite was taken back: so are the helpers the codemod added for them
     return new.with_changes(body=body), kept
 
 
