@@ -27,7 +27,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from .base import EXPORTING, Codemod, export_twin, imports_torch
+from .base import EXPORTING, Codemod, export_twin, formatted_block, imports_torch
 from ._candidates import CandidateStatements
 from ._walks import candidates_in_statements, child_nodes, holds, nodes_in, replace_in_statements, scoped_nodes
 
@@ -191,6 +191,7 @@ class BoundedTopk(Codemod):
         helpers = [stmt for stmt in tree.body if isinstance(stmt, cst.FunctionDef) and stmt.name.value == HELPER]
         ours = len(helpers) == 1 and tree.code_for_node(helpers[0]).strip() == HELPER_CODE.strip()
         uses_name = None  # whether the module names `topk_size` otherwise: a walk of it, made when asked
+        indent = len(tree.default_indent)
         replacements = {}
         for stmt, function, construct, parts in candidates:
             target, call, bound, size, tensor, dim = parts
@@ -212,7 +213,10 @@ class BoundedTopk(Codemod):
                 self.report(line, "refused", construct, reason)
                 continue
             template = EXPORT_TEMPLATE.format(target=target, bound=_code(bound), size=_code(size))
-            replacements[stmt] = export_twin(template, [stmt], stmt.leading_lines)
+            # laid out to the line length where the statement is
+            depth = statements.column(stmt) // indent
+            export = formatted_block(list(cst.parse_statement(template).body.body), depth + 1, indent).body
+            replacements[stmt] = export_twin(template, [stmt], stmt.leading_lines, list(export))
             self.report(line, "rewritten", construct, f"`{target}` is a checked size read back from a tensor")
         if not replacements:
             return tree

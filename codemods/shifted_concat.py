@@ -25,7 +25,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from .base import EXPORTING, Codemod, export_twin, imports_torch
+from .base import EXPORTING, Codemod, export_twin, formatted_block, imports_torch
 from ._candidates import CandidateStatements
 from ._walks import candidates_in_statements, holds, replace_in_statements, scoped_nodes
 
@@ -148,11 +148,12 @@ class ShiftedConcat(Codemod):
         )
         module = self.context.full_module_name
         has_torch = imports_torch(tree)
+        indent = len(tree.default_indent)
         replacements = {}
         for stmt, _, construct, (target, call, pieces, dim, index, tensor) in candidates:
             if not statements.qualified(call.func) & CONCATENATIONS:
                 continue
-            line = statements.line(stmt)
+            line, depth = statements.line(stmt), statements.column(stmt) // indent
             reason = None
             shared = module is not None and module.startswith("transformers.")
             if shared and not module.startswith("transformers.models."):
@@ -175,6 +176,8 @@ class ShiftedConcat(Codemod):
                 pieces=f"{open_}{', '.join(elements)}{close}",
                 slices=":, " * dim + (":-1" if index == 1 else "1:"),
             )
-            replacements[stmt] = export_twin(template, [stmt], stmt.leading_lines)
+            # laid out to the line length where the statement is
+            export = formatted_block(list(cst.parse_statement(template).body.body), depth + 1, indent).body
+            replacements[stmt] = export_twin(template, [stmt], stmt.leading_lines, list(export))
             self.report(line, "rewritten", construct, f"the concatenation is sliced, not `{tensor.value}`")
         return replace_in_statements(tree, replacements, [owners[stmt] for stmt in replacements])
