@@ -52,11 +52,16 @@ REPRESENTATIVES = {
 # Codemods whose paths only half precision takes: their test runs the model in float16
 HALF_PRECISION = {"fp16-clamp"}
 # Codemods whose paths a default configuration does not take: their test sets these (transformers 5.x runs MoE experts
-# with `grouped_mm` by default; the loop the rewrite changes is the `eager` implementation)
-TEST_CONFIG = {"moe-expert-loop": {"experts_implementation": "eager"}}
+# with `grouped_mm` by default, and the loop the rewrite changes is the `eager` implementation; the sparse indexer's
+# top-k is bounded by `index_topk`, 2048 in the harness's configuration, which no prompt of the test crosses)
+TEST_CONFIG = {"moe-expert-loop": {"experts_implementation": "eager"}, "bounded-topk": {"index_topk": 4}}
 # Codemods whose failures `Dim.AUTO` accepts (the guards hold over the range, torch cannot prove it): their test declares
 # the new tokens with a named dim, as users do
-NAMED_TOKENS = {"chunk-padding", "bounded-topk"}
+NAMED_TOKENS = {"chunk-padding", "shifted-concat"}
+# Codemods whose site a prefill reaches and a decode step does not declare across (the sparse indexer's top-k over a
+# prompt longer than `index_topk`, 4 in the test's configuration): their test exports the prefill, its prompt length
+# a named dim
+PREFILL = {"bounded-topk"}
 _EDITED_MODEL = re.compile(r"^diff --git a/src/transformers/models/(\w+)/", re.MULTILINE)
 
 
@@ -165,13 +170,15 @@ def pr_test(stem: str, measured: dict, tree: Tree, cache: ContentCache, module_o
     model_type = needing[0]
     try:
         dtype = torch.float16 if half else torch.float32
-        path, text = export_test(model_type, name, dtype, TEST_CONFIG.get(name), named_tokens=name in NAMED_TOKENS)
+        path, text = export_test(
+            model_type, name, dtype, TEST_CONFIG.get(name), named_tokens=name in NAMED_TOKENS, prefill=name in PREFILL
+        )
     except NoTest as error:
         return {"model_type": model_type, "why": f"no test written: {error}"}
     result = {"model_type": model_type, "path": path, "text": text, "overrides": TEST_CONFIG.get(name, {})}
     if half:
         result["overrides"] = {**result["overrides"], "dtype": "float16"}
-    if name in NAMED_TOKENS:
+    if name in NAMED_TOKENS or name in PREFILL:
         result["overrides"] = {**result["overrides"], "tokens": 'Dim("tokens", min=1, max=64)'}
     for state, codemods in (("before", without(name)), ("after", ALL_CODEMODS)):
         tree.lay_out(module_of[model_type], codemods, cache)

@@ -15,7 +15,8 @@ valid input fails the test) and after a save and load. Two kinds:
 `dtype` float16 runs the model and its float inputs in half precision (the fp16 paths the fp32 harness never takes);
 `overrides` adds configuration keywords (the eager experts loop, which transformers' default `grouped_mm` skips);
 `named_tokens` declares a decode step's new tokens `Dim("tokens", min=1, max=64)`, as users write them, where the
-other dims are `Dim.AUTO` (which accepts guards that a named range fails: the chunked scans' padding).
+other dims are `Dim.AUTO` (which accepts guards that a named range fails: the chunked scans' padding); `prefill`
+exports a decoder LM's prefill instead, its prompt length declared so (a prompt longer than the indexer's top-k).
 """
 
 from __future__ import annotations
@@ -146,6 +147,42 @@ class {test_class}(unittest.TestCase):
                     actual = exported.module()(**case)
                 assert_outputs_close(self, actual.logits, expected.logits, {tolerance})
 '''
+PREFILL = '''
+
+def prefill_inputs(batch, tokens, seed):
+    """A prompt of `tokens` ids, as a generation starts."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(4, VOCAB_SIZE, (batch, tokens), generator=generator)
+    return {{"input_ids": ids, "attention_mask": torch.ones(batch, tokens, dtype=torch.long)}}
+
+
+VOCAB_SIZE = {vocab_size}
+
+
+@require_torch
+class {test_class}(unittest.TestCase):
+    def test_{test_name}(self):
+        """{docstring}"""
+        torch.manual_seed(0)
+        model = {model_class}({config_class}(**CONFIG)).eval(){to_dtype}
+        register_cache_pytrees_for_model(model)
+        # (batch, prompt length): a 1-token prompt, batch 4, a long prompt
+        shapes = [(2, 5), (1, 1), (4, 3), (1, 12)]
+        inputs = [prefill_inputs(*shape, seed=seed) for seed, shape in enumerate(shapes)]
+        # the prompt length declared as users declare it: a guard that `Dim.AUTO` would accept must hold over the range
+        tokens = torch.export.Dim("tokens", min=1, max=64)
+        dims = {{name: {{0: torch.export.Dim.AUTO, 1: tokens}} for name in inputs[0]}}
+        program = torch.export.export(model, (), inputs[0], dynamic_shapes=dims, strict=False)
+        # the program as exported (a guard that rejects a valid input fails the test), then as a user ships it, saved
+        # and loaded (second: a program whose example inputs are cleared checks no guards)
+        for saved in (False, True):
+            exported = saved_and_loaded(program) if saved else program
+            for case in inputs[1:]:
+                with torch.no_grad():
+                    expected = model(**case)
+                    actual = exported.module()(**case)
+                assert_outputs_close(self, actual.logits, expected.logits, {tolerance})
+'''
 FORWARD = '''
 
 INPUTS = [
@@ -186,10 +223,12 @@ def export_test(
     dtype: torch.dtype = torch.float32,
     overrides: dict | None = None,
     named_tokens: bool = False,
+    prefill: bool = False,
 ) -> tuple[str, str]:
     """(path inside transformers' repository, text) of the test for `codemod`'s PR, on `model_type`; `overrides` are
     configuration keywords the test adds (`experts_implementation="eager"`: the path a default config does not take);
-    `named_tokens`: a decode step declares its new tokens with a named dim (guards `Dim.AUTO` accepts fail it).
+    `named_tokens`: a decode step declares its new tokens with a named dim (guards `Dim.AUTO` accepts fail it);
+    `prefill`: a decoder LM's test exports its prefill instead, the prompt length a named dim.
     """
     original, config = build_original(model_type)
     model_class = type(original)
@@ -215,11 +254,18 @@ def export_test(
             vocab_size=vocab(config),
             shapes="dynamic_shapes(example, inputs[1:])",
         )
-        if named_tokens:
-            fields["shapes"] = f"with_named_tokens({fields['shapes']})"
-        body = (NAMED_TOKENS if named_tokens else "") + DECODE.format(**fields)
-    elif named_tokens:
-        raise NoTest("named new tokens are written for a decoder LM's decode step only")
+        if prefill:
+            fields.update(
+                test_name="prefill_exports_and_matches_eager_at_other_prompt_lengths",
+                docstring=f"The prefill's program serves other batches and prompt lengths ({codemod}).",
+            )
+            body = PREFILL.format(**fields)
+        else:
+            if named_tokens:
+                fields["shapes"] = f"with_named_tokens({fields['shapes']})"
+            body = (NAMED_TOKENS if named_tokens else "") + DECODE.format(**fields)
+    elif named_tokens or prefill:
+        raise NoTest("named new tokens and a prefill are written for a decoder LM only")
     else:
         program = forward_program(original, 0)
         cases = [case.inputs() for case in program.cases if not case.optional]
