@@ -411,8 +411,23 @@ def test_a_decode_test_can_declare_its_new_tokens_with_a_named_dim():
     assert shapes["input_ids"][0] is torch.export.Dim.AUTO and shapes["input_ids"][1].__name__ == "tokens"
     _, plain = export_test("llama", "chunk-padding")
     assert "with_named_tokens" not in plain
-    with pytest.raises(NoTest, match="decode step only"):
+    with pytest.raises(NoTest, match="decoder LM only"):
         export_test("bert", "chunk-padding", named_tokens=True)
+
+
+def test_a_prefill_test_declares_the_prompt_length_with_a_named_dim():
+    """bounded-topk's site is the sparse indexer's top-k over a prompt longer than `index_topk`: its test exports the
+    prefill, the prompt length `Dim("tokens", min=1, max=64)`, with the configuration's `index_topk` at 4."""
+    from exportsmith.upstream_tests import NoTest, export_test
+
+    _, text = export_test("deepseek_v32", "bounded-topk", overrides={"index_topk": 4}, prefill=True)
+    compile(text, "test_bounded_topk.py", "exec")
+    assert "def test_prefill_exports_and_matches_eager_at_other_prompt_lengths(self):" in text
+    assert 'tokens = torch.export.Dim("tokens", min=1, max=64)' in text
+    assert '"index_topk": 4,' in text and "shapes = [(2, 5), (1, 1), (4, 3), (1, 12)]" in text
+    assert "decode_inputs" not in text
+    with pytest.raises(NoTest, match="decoder LM only"):
+        export_test("bert", "bounded-topk", prefill=True)
 
 
 def test_the_loading_process_allows_every_cache_layer_class(tmp_path):
