@@ -16,6 +16,7 @@ import libcst.matchers as m
 from libcst.codemod import Codemod as LibcstCodemod
 
 from ._statement_codes import StatementCodes, lines_before_keyword
+from ._walks import holds
 
 # The context scratch key of a modular file's generated modeling sources (see `Codemod.expanded_class`)
 EXPANSIONS_KEY = "expansions"
@@ -116,6 +117,39 @@ def formatted_block(statements: list[cst.BaseStatement], depth: int, indent: int
     mode = black.Mode(line_length=line_length, target_versions={black.TargetVersion.PY310})
     formatted = black.format_str(wrapped, mode=mode)
     return cst.parse_module(formatted).body[0].body
+
+
+class ModuleHelper:
+    """A helper function a codemod adds to a module once, before its first class or function, for the statements it
+    rewrites: whether the module holds it already (a second run), or uses its name otherwise (then it is refused)."""
+
+    def __init__(self, tree: cst.Module, name: str, code: str):
+        self.name, self.code = name, code
+        helpers = [stmt for stmt in tree.body if isinstance(stmt, cst.FunctionDef) and stmt.name.value == name]
+        self.present = len(helpers) == 1 and tree.code_for_node(helpers[0]).strip() == code.strip()
+        self._tree, self._clashes = tree, None
+
+    def clashes(self) -> bool:
+        """Whether the module names the helper otherwise (a walk of it, made once when asked)."""
+        if self._clashes is None:
+
+            def named(node: cst.CSTNode) -> bool:
+                return type(node) is cst.Name and node.value == self.name
+
+            self._clashes = not self.present and any(holds(stmt, named) for stmt in self._tree.body)
+        return self._clashes
+
+    def added_to(self, rewritten: cst.Module) -> cst.Module:
+        """`rewritten` (the module with its statements rewritten) with the helper, unless it holds it already."""
+        if self.present:
+            return rewritten
+        # before the first class or function (the rewritten statements are in one of them)
+        index = next(
+            (i for i, stmt in enumerate(rewritten.body) if isinstance(stmt, (cst.ClassDef, cst.FunctionDef))),
+            len(rewritten.body),
+        )
+        helper = cst.parse_statement(self.code).with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+        return rewritten.with_changes(body=[*rewritten.body[:index], helper, *rewritten.body[index:]])
 
 
 # `torch.compiler.is_exporting()`: the test of every export twin

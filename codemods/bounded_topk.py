@@ -27,9 +27,9 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from .base import EXPORTING, Codemod, export_twin, formatted_block, imports_torch
+from .base import EXPORTING, Codemod, ModuleHelper, export_twin, formatted_block, imports_torch
 from ._candidates import CandidateStatements
-from ._walks import candidates_in_statements, child_nodes, holds, nodes_in, replace_in_statements, scoped_nodes
+from ._walks import candidates_in_statements, child_nodes, nodes_in, replace_in_statements, scoped_nodes
 
 BUILTIN_MIN = "builtins.min"
 TORCH_TOPK = "torch.topk"
@@ -158,10 +158,6 @@ def _candidates(owner: cst.BaseStatement):
     return candidates
 
 
-def _names_helper(node: cst.CSTNode) -> bool:
-    return type(node) is cst.Name and node.value == HELPER
-
-
 class BoundedTopk(Codemod):
     NAME = "bounded-topk"
     DESCRIPTION = (
@@ -188,9 +184,7 @@ class BoundedTopk(Codemod):
         qualified = statements.qualified
         module = self.context.full_module_name
         has_torch = imports_torch(tree)
-        helpers = [stmt for stmt in tree.body if isinstance(stmt, cst.FunctionDef) and stmt.name.value == HELPER]
-        ours = len(helpers) == 1 and tree.code_for_node(helpers[0]).strip() == HELPER_CODE.strip()
-        uses_name = None  # whether the module names `topk_size` otherwise: a walk of it, made when asked
+        helper = ModuleHelper(tree, HELPER, HELPER_CODE)
         indent = len(tree.default_indent)
         replacements = {}
         for stmt, function, construct, parts in candidates:
@@ -203,9 +197,7 @@ class BoundedTopk(Codemod):
                 if module.startswith("transformers.") and not module.startswith("transformers.models."):
                     reason = f"`{module}` is a shared module, whose classes must stay transformers' own"
             if reason is None:
-                if uses_name is None:
-                    uses_name = not ours and any(holds(stmt, _names_helper) for stmt in tree.body)
-                if uses_name:
+                if helper.clashes():
                     reason = f"the module already uses the name `{HELPER}`"
                 elif not has_torch:
                     reason = "the module does not `import torch`"
@@ -220,16 +212,7 @@ class BoundedTopk(Codemod):
             self.report(line, "rewritten", construct, f"`{target}` is a checked size read back from a tensor")
         if not replacements:
             return tree
-        rewritten = replace_in_statements(tree, replacements, [owners[stmt] for stmt in replacements])
-        if ours:
-            return rewritten
-        # the helper goes before the first class or function (the rewritten statements are in one of them)
-        index = next(
-            (i for i, stmt in enumerate(tree.body) if isinstance(stmt, (cst.ClassDef, cst.FunctionDef))),
-            len(tree.body),
-        )
-        helper = cst.parse_statement(HELPER_CODE).with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-        return rewritten.with_changes(body=[*rewritten.body[:index], helper, *rewritten.body[index:]])
+        return helper.added_to(replace_in_statements(tree, replacements, [owners[stmt] for stmt in replacements]))
 
     @staticmethod
     def _refusal(target, tensor, dim, function, stmt, qualified) -> str | None:

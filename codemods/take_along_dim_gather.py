@@ -25,7 +25,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from .base import EXPORTING, Codemod, export_twin, imports_torch
+from .base import EXPORTING, Codemod, ModuleHelper, export_twin, imports_torch
 from ._candidates import CandidateStatements
 from ._walks import candidates_in_statements, holds, replace_in_statements, scoped_nodes
 
@@ -78,10 +78,6 @@ def _named_call(node: cst.CSTNode) -> bool:
     )
 
 
-def _names_helper(node: cst.CSTNode) -> bool:
-    return type(node) is cst.Name and node.value == HELPER
-
-
 def _candidates(owner: cst.BaseStatement) -> list[tuple[cst.SimpleStatementLine, cst.FunctionDef, str]]:
     """Every statement of a function in the top-level statement `owner` holding a call of something named
     `take_along_dim`, with the innermost function and its qualname (`Class.method`); statements in the eager arm of
@@ -124,9 +120,7 @@ class TakeAlongDimGather(Codemod):
 
         module = self.context.full_module_name
         has_torch = imports_torch(tree)
-        helpers = [stmt for stmt in tree.body if isinstance(stmt, cst.FunctionDef) and stmt.name.value == HELPER]
-        ours = len(helpers) == 1 and tree.code_for_node(helpers[0]).strip() == HELPER_CODE.strip()
-        uses_name = None  # whether the module names `gather_along_dim` otherwise: a walk of it, made when asked
+        helper = ModuleHelper(tree, HELPER, HELPER_CODE)
         replacements = {}
         for stmt, _, construct in candidates:
             calls = [call for call in m.findall(stmt, m.Call()) if qualified(call.func) == {TAKE_ALONG_DIM}]
@@ -147,9 +141,7 @@ class TakeAlongDimGather(Codemod):
             elif arguments is None:
                 reason = "the call does not give `dim` (it flattens) or has other arguments"
             else:
-                if uses_name is None:
-                    uses_name = not ours and any(holds(stmt, _names_helper) for stmt in tree.body)
-                if uses_name:
+                if helper.clashes():
                     reason = f"the module already uses the name `{HELPER}`"
                 elif not has_torch:
                     reason = "the module does not `import torch`"
@@ -160,16 +152,7 @@ class TakeAlongDimGather(Codemod):
             self.report(line, "rewritten", construct, "take_along_dim is a gather with checked sizes under export")
         if not replacements:
             return tree
-        rewritten = replace_in_statements(tree, replacements, [owners[stmt] for stmt in replacements])
-        if ours:
-            return rewritten
-        # the helper goes before the first class or function (the rewritten statements are in one of them)
-        index = next(
-            (i for i, stmt in enumerate(tree.body) if isinstance(stmt, (cst.ClassDef, cst.FunctionDef))),
-            len(tree.body),
-        )
-        helper = cst.parse_statement(HELPER_CODE).with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-        return rewritten.with_changes(body=[*rewritten.body[:index], helper, *rewritten.body[index:]])
+        return helper.added_to(replace_in_statements(tree, replacements, [owners[stmt] for stmt in replacements]))
 
     @staticmethod
     def _rewrite(stmt: cst.SimpleStatementLine, arguments) -> cst.If:
