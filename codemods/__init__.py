@@ -12,7 +12,7 @@ from .export_early_return import ExportEarlyReturn
 from .moe_expert_loop import MoeExpertLoop
 from .pad_to_min_length import PadToMinLength
 from .segment_attention import SegmentAttention
-from .shifted_concat import ShiftedConcat
+from .shift_by_one import ShiftByOne
 from .sliding_window_cache import SlidingWindowCache
 from .take_along_dim_gather import TakeAlongDimGather
 from .tensor_len import TensorLen
@@ -35,7 +35,7 @@ ALL_CODEMODS: tuple[type[Codemod], ...] = (
     ExclusiveCumsum,
     VmapMasks,
     BoundedTopk,
-    ShiftedConcat,
+    ShiftByOne,
 )
 
 

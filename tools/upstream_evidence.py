@@ -57,7 +57,7 @@ HALF_PRECISION = {"fp16-clamp"}
 TEST_CONFIG = {"moe-expert-loop": {"experts_implementation": "eager"}, "bounded-topk": {"index_topk": 4}}
 # Codemods whose failures `Dim.AUTO` accepts (the guards hold over the range, torch cannot prove it): their test declares
 # the new tokens with a named dim, as users do
-NAMED_TOKENS = {"chunk-padding", "shifted-concat"}
+NAMED_TOKENS = {"chunk-padding", "shift-by-one"}
 # Codemods whose site a prefill reaches and a decode step does not declare across (the sparse indexer's top-k over a
 # prompt longer than `index_topk`, 4 in the test's configuration): their test exports the prefill, its prompt length
 # a named dim
