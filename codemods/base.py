@@ -119,6 +119,16 @@ def formatted_block(statements: list[cst.BaseStatement], depth: int, indent: int
     return cst.parse_module(formatted).body[0].body
 
 
+def eager_arm(statements: list[cst.BaseStatement], depth: int, indent: int) -> list[cst.BaseStatement]:
+    """`statements` as the eager arm of an export twin, `depth` levels deep (one more than where they were): as they
+    are, but laid out again by black when a line would pass the line length there (`ruff format` would split it)."""
+    code = cst.Module(body=[]).code_for_node
+    widest = max(len(line) for stmt in statements for line in code(stmt).splitlines())
+    if widest + indent * depth <= LINE_LENGTH:
+        return statements
+    return list(formatted_block(statements, depth, indent).body)
+
+
 class ModuleHelper:
     """A helper function a codemod adds to a module once, before its first class or function, for the statements it
     rewrites: whether the module holds it already (a second run), or uses its name otherwise (then it is refused)."""

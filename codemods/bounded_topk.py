@@ -27,7 +27,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from .base import EXPORTING, Codemod, ModuleHelper, export_twin, formatted_block, imports_torch
+from .base import EXPORTING, Codemod, ModuleHelper, eager_arm, export_twin, formatted_block, imports_torch
 from ._candidates import CandidateStatements
 from ._walks import candidates_in_statements, child_nodes, nodes_in, replace_in_statements, scoped_nodes
 
@@ -208,7 +208,8 @@ class BoundedTopk(Codemod):
             # laid out to the line length where the statement is
             depth = statements.column(stmt) // indent
             export = formatted_block(list(cst.parse_statement(template).body.body), depth + 1, indent).body
-            replacements[stmt] = export_twin(template, [stmt], stmt.leading_lines, list(export))
+            eager = eager_arm([stmt.with_changes(leading_lines=())], depth + 1, indent)
+            replacements[stmt] = export_twin(template, eager, stmt.leading_lines, list(export))
             self.report(line, "rewritten", construct, f"`{target}` is a checked size read back from a tensor")
         if not replacements:
             return tree

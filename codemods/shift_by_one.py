@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import libcst as cst
 import libcst.matchers as m
 
-from .base import EXPORTING, Codemod, export_twin, formatted_block, imports_torch
+from .base import EXPORTING, Codemod, eager_arm, export_twin, formatted_block, imports_torch
 from ._candidates import CandidateStatements
 from ._walks import candidates_in_statements, nodes_in, replace_in_statements, scoped_nodes
 
@@ -233,7 +233,11 @@ class ShiftByOne(Codemod):
             cst.Module(body=[stmt]), {shift.call: cst.parse_expression(shift.export) for shift in shifts}, [stmt]
         ).body[0]
         checks = {f"torch._check({shift.tensor.value}.shape[{shift.dim}] > 0)": None for shift in shifts}
-        body = [*(cst.parse_statement(check) for check in checks), exported.with_changes(leading_lines=())]
+        # the statement's own comments stay with it in the eager arm: a trailing one would make black and ruff lay the
+        # export form out differently
+        exported = exported.with_changes(leading_lines=(), trailing_whitespace=cst.TrailingWhitespace())
+        body = [*(cst.parse_statement(check) for check in checks), exported]
         # laid out to the line length where the statement is
         export = formatted_block(body, depth + 1, indent).body
-        return export_twin(EXPORT_TEMPLATE, [stmt], stmt.leading_lines, list(export))
+        eager = eager_arm([stmt.with_changes(leading_lines=())], depth + 1, indent)
+        return export_twin(EXPORT_TEMPLATE, eager, stmt.leading_lines, list(export))
