@@ -156,3 +156,20 @@ def test_an_encoder_of_images_beside_a_prompt_is_given_its_forward_inputs():
     assert encoder_inputs is not None and "pixel_values" in encoder_inputs(1)
     t5, _ = build_pair("t5", None)
     assert media_encoder_inputs(t5) is None
+
+
+def test_a_greedy_loop_refuses_an_encoder_output_with_fields_the_forward_program_does_not_return():
+    # the forward program returns the encoder's last hidden state only: a decode program that takes more of the
+    # encoder's output (a downsampled mask) cannot be fed from it, and the loop says so instead of guessing
+    from transformers.modeling_outputs import BaseModelOutput
+
+    from exportsmith.verify import encoder_outputs
+
+    model, state = torch.nn.Linear(1, 1), torch.ones(1, 2, 3)
+    assert greedy_encoder_outputs(model, state)[0] is state  # a model never seen: the tuple
+    encoder_outputs._FORMS[model] = encoder_outputs.EncoderOutputForm(BaseModelOutput, ("last_hidden_state",))
+    assert greedy_encoder_outputs(model, state).last_hidden_state is state
+    both = ("last_hidden_state", "attentions")
+    encoder_outputs._FORMS[model] = encoder_outputs.EncoderOutputForm(BaseModelOutput, both)
+    with pytest.raises(ValueError, match="takes BaseModelOutput with last_hidden_state, attentions"):
+        greedy_encoder_outputs(model, state)
