@@ -41,6 +41,7 @@ from ._walks import candidates_in_statements, nodes_in, replace_in_statements, s
 
 CONCATENATIONS = frozenset({"torch.cat", "torch.concat", "torch.concatenate"})
 PAD = "torch.nn.functional.pad"
+QUALIFIED = CONCATENATIONS | {PAD}
 NAMES = frozenset({"cat", "concat", "concatenate", "pad"})
 
 EXPORT_TEMPLATE = """
@@ -159,16 +160,27 @@ def _padding(call: cst.Call) -> Shift | None:
     return Shift(call, f"{_code(call.func)}({arguments})[{_slices(dim, right)}]", tensor, dim)
 
 
+def _shift_of(call: cst.Call) -> Shift | None:
+    """The shift `call` makes by its form: a concatenation's or a padding's by its name (its qualified name is checked
+    where the scope analysis is paid for, on candidates only)."""
+    func = call.func
+    name = func.value if type(func) is cst.Name else func.attr.value
+    return _padding(call) if name == "pad" else _concatenation(call)
+
+
 def _candidates(owner: cst.BaseStatement):
-    """(statement, its function, qualname) for each statement of a function in `owner` that holds a call named like a
-    concatenation or a padding; statements in the eager arm of an export twin (a second run) are left out."""
+    """(statement, its function, qualname, its shifts) for each statement of a function in `owner` that holds a call
+    named like a concatenation or a padding that shifts by one; statements in the eager arm of an export twin (a
+    second run) are left out."""
     found, twins = [], set()
     for node, qualname, functions in scoped_nodes(owner, (cst.If, cst.SimpleStatementLine)):
         if type(node) is cst.If:
             if type(node.test) is cst.Call and m.matches(node.test, EXPORTING) and isinstance(node.orelse, cst.Else):
                 twins.update(id(stmt) for stmt in node.orelse.body.body)
-        elif functions and any(_concatenation(c) or _padding(c) for c in nodes_in(node, _named_call)):
-            found.append((node, functions[-1], qualname))
+        elif functions:
+            shifts = [shift for shift in map(_shift_of, nodes_in(node, _named_call)) if shift is not None]
+            if shifts:
+                found.append((node, functions[-1], qualname, shifts))
     return [candidate for candidate in found if id(candidate[0]) not in twins]
 
 
@@ -192,7 +204,7 @@ class ShiftByOne(Codemod):
             self,
             tree,
             [owners[stmt] for stmt, *_ in candidates],
-            [function for _, function, _ in candidates],
+            [function for _, function, _, _ in candidates],
             kinds=(cst.SimpleStatementLine,),
         )
         module = self.context.full_module_name
@@ -202,13 +214,8 @@ class ShiftByOne(Codemod):
         has_torch = imports_torch(tree)
         indent = len(tree.default_indent)
         replacements = {}
-        for stmt, _, construct in candidates:
-            shifts = []
-            for call in nodes_in(stmt, _named_call):
-                names = statements.qualified(call.func)
-                shift = _concatenation(call) if names & CONCATENATIONS else _padding(call) if PAD in names else None
-                if shift is not None:
-                    shifts.append(shift)
+        for stmt, _, construct, found in candidates:
+            shifts = [shift for shift in found if statements.qualified(shift.call.func) & QUALIFIED]
             if not shifts:
                 continue
             line, depth = statements.line(stmt), statements.column(stmt) // indent
