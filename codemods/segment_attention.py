@@ -17,9 +17,18 @@ What it rewrites: in a block, the four statements
     O = [F(<args>, q, k, v, <args>, attention_mask=None, is_causal=False, <keywords>)[0] for q, k, v in zip(*S)]
     A = torch.cat(O, dim=1)
 
-or `A = torch.cat([<the calls>], dim=1)` (any names; `C` and `F` names; `q`, `k`, `v` passed once each, in that
-order, and nowhere else in the call; `is_causal=False` said: with no mask, transformers' sdpa would take causality
-from the module), where the function reads `L`, `S`, `O` nowhere else. The edit is the smallest that makes the
+or `A = torch.cat([<the calls>], dim=1)`, or the calls in a loop that keeps each piece's weights too,
+
+    O, W = [], []
+    for q, k, v in zip(*S):
+        o, w = F(<args>, q, k, v, <args>, attention_mask=None, is_causal=False, <keywords>)
+        O.append(o)
+        W.append(w)
+    A = torch.cat(O, dim=1)
+
+(any names; `C` and `F` names; `q`, `k`, `v` passed once each, in that order, and nowhere else in the call;
+`is_causal=False` said: with no mask, transformers' sdpa would take causality from the module), where the function
+reads `L`, `S`, `O` (and `o`, `w`) nowhere else. The edit is the smallest that makes the
 export path right: the split and the calls stay as written, and only their sizes and mask are chosen,
 
     if torch.compiler.is_exporting():
@@ -43,7 +52,9 @@ Equivalence: a query's softmax over its segment's keys equals its softmax over a
 lowest value (their exponentials underflow to exactly 0), so outputs agree up to the order of the summation inside
 the attention kernel: rounding (measured: at most 4.8e-7 over the 18 tiny vision towers that verify, whose
 tolerance, `exportsmith/verify/tolerance.py`, is about 1.1e-5). Each query keeps at least itself, so no row is fully
-masked. Attention weights, if the function returns them, are not part of `A`.
+masked. Attention weights, if the function returns them, are not part of `A`; a loop's `W` holds one entry under
+export, the weights of the whole sequence: each segment's weights are its diagonal block, and it is exactly 0
+elsewhere (None for each, as in eager, where the attention function returns none: sdpa).
 
 What it refuses (left unchanged, with a finding): the statements in a module that does not `import torch` or defines
 its own `block_diagonal_mask`, and in a function that reads `L`, `S` or `O` elsewhere or already uses `split_sizes` or
@@ -181,7 +192,12 @@ def _calls(value: cst.BaseExpression, pieces: str) -> tuple[cst.Call, tuple[str,
     keywords = {arg.keyword.value: arg.value for arg in call.args if arg.keyword is not None}
     # no mask and not causal: with `attention_mask=None` transformers' sdpa takes `is_causal` from the module
     unmasked = m.matches(keywords.get("attention_mask"), m.Name("None"))
-    if len(set(names)) != 3 or len(found) != 1 or not unmasked or not m.matches(keywords.get("is_causal"), m.Name("False")):
+    if (
+        len(set(names)) != 3
+        or len(found) != 1
+        or not unmasked
+        or not m.matches(keywords.get("is_causal"), m.Name("False"))
+    ):
         return None
     # each of q, k, v once in the call: the positions where the whole tensors go
     if sum(name in names for name in _name_list(call)) != 3:
@@ -212,15 +228,14 @@ def _concatenation(value: cst.BaseExpression) -> cst.BaseExpression | None:
 
 
 class _Site:
-    """The statements at `block.body[start:start + len(statements)]` and what the export arm needs of them: three
-    when the concatenation holds the calls, else four."""
+    """The statements at `block.body[start:start + count]` and what the export arm needs of them: three when the
+    concatenation holds the calls, four when a comprehension does, five when a loop does; `bound`: the names the
+    statements bind that only they may read; `called`: the index of the statement that holds the call."""
 
-    def __init__(self, block: cst.IndentedBlock, start: int, count: int, cu: str, qkv, call: cst.Call, names):
+    def __init__(self, block: cst.IndentedBlock, start: int, count: int, cu: str, qkv, call: cst.Call, bound, called):
         self.block, self.start = block, start
-        self.cu, self.qkv, self.call, self.names = cu, qkv, call, names
+        self.cu, self.qkv, self.call, self.bound, self.called = cu, qkv, call, bound, called
         self.statements = block.body[start : start + count]
-        self.bound = tuple(_assign(statement)[0] for statement in self.statements[:-1])
-        self.result = _assign(self.statements[-1])[0]
 
     def statements_after(self, depth: int, indent: int) -> list[cst.BaseStatement]:
         """The site's statements as the rewrite leaves them: the split at `split_sizes` and the call with
@@ -231,15 +246,18 @@ class _Site:
         found = nodes_in(split, lambda node: type(node) is cst.Call and m.matches(node, tolist))
         split = split.visit(ReplaceNodes({found[0]: cst.Name("split_sizes")}))
         args = [
-            arg.with_changes(value=cst.Name("segment_mask"))
-            if arg.keyword is not None and arg.keyword.value == "attention_mask"
-            else arg
+            (
+                arg.with_changes(value=cst.Name("segment_mask"))
+                if arg.keyword is not None and arg.keyword.value == "attention_mask"
+                else arg
+            )
             for arg in self.call.args
         ]
-        called = self.statements[2].visit(ReplaceNodes({self.call: self.call.with_changes(args=args)}))
-        changed = formatted_block([split, called], depth, indent).body
-        changed = [new.with_changes(leading_lines=old.leading_lines) for new, old in zip(changed, self.statements[1:3])]
-        return [*changed, *self.statements[3:]]
+        called = self.statements[self.called].visit(ReplaceNodes({self.call: self.call.with_changes(args=args)}))
+        split, called = formatted_block([split, called], depth, indent).body
+        split = split.with_changes(leading_lines=self.statements[1].leading_lines)
+        called = called.with_changes(leading_lines=self.statements[self.called].leading_lines)
+        return [split, *self.statements[2 : self.called], called, *self.statements[self.called + 1 :]]
 
 
 def _module_names(tree: cst.Module) -> set[str]:
@@ -280,16 +298,85 @@ def _sites(block: cst.IndentedBlock) -> list[_Site | None]:
         count, calls = 3, outputs
         if outputs is None and third is not None and start + 3 < len(body):
             fourth = _assign(body[start + 3])
-            concatenated = _concatenation(fourth[1]) if fourth is not None and isinstance(fourth[1], cst.Call) else None
+            concatenated = (
+                _concatenation(fourth[1]) if fourth is not None and isinstance(fourth[1], cst.Call) else None
+            )
             if m.matches(concatenated, m.Name(third[0])):
                 count, calls = 4, third[1]
         attention = _calls(calls, split[0]) if calls is not None else None
-        if attention is None:
+        if attention is not None:
+            call, names = attention
+            bound = (lengths, split[0], *([third[0]] if count == 4 else []))
+            found.append(_Site(block, start, count, value.left.value.value, parts, call, bound, 2))
+            continue
+        loop = _loop(body[start + 2 : start + 5], split[0])
+        if loop is None:
             found.append(None)
             continue
-        call, names = attention
-        found.append(_Site(block, start, count, value.left.value.value, parts, call, names))
+        call, bound = loop
+        found.append(_Site(block, start, 5, value.left.value.value, parts, call, (lengths, split[0], *bound), 3))
     return found
+
+
+def _loop(statements, pieces: str) -> tuple[cst.Call, tuple[str, ...]] | None:
+    """(the call, the names only the site may read) of
+
+        O, W = [], []
+        for q, k, v in zip(*S):
+            o, w = F(..., q, k, v, ..., attention_mask=None, ..., is_causal=False, ...)
+            O.append(o)
+            W.append(w)
+        A = torch.cat(O, dim=1)
+
+    W, the per-piece weights, may be read after: under export it holds one entry, the block-diagonal weights of the
+    whole sequence (each piece's are a diagonal block of it, exactly 0 elsewhere)."""
+    if len(statements) != 3:
+        return None
+    lists, loop, last = statements
+    pair = m.Tuple(elements=[m.Element(value=m.Name()), m.Element(value=m.Name())])
+    empty = m.Tuple(elements=[m.Element(value=m.List(elements=[]))] * 2)
+    if not m.matches(
+        lists, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=pair)], value=empty)])
+    ):
+        return None
+    outputs, weights = (element.value.value for element in lists.body[0].targets[0].target.elements)
+    concatenated = _assign(last)
+    if concatenated is None or not isinstance(concatenated[1], cst.Call):
+        return None
+    if not m.matches(_concatenation(concatenated[1]), m.Name(outputs)):
+        return None
+    body = loop.body.body if isinstance(loop, cst.For) and isinstance(loop.body, cst.IndentedBlock) else ()
+    if len(body) != 3 or loop.orelse is not None or not m.matches(body[0], m.SimpleStatementLine(body=[m.Assign()])):
+        return None
+    assign = body[0].body[0]
+    if len(assign.targets) != 1 or not m.matches(assign.targets[0].target, pair):
+        return None
+    output, weight = (element.value.value for element in assign.targets[0].target.elements)
+    appends = [
+        m.SimpleStatementLine(
+            body=[
+                m.Expr(
+                    value=m.Call(
+                        func=m.Attribute(value=m.Name(into), attr=m.Name("append")), args=[m.Arg(m.Name(name))]
+                    )
+                )
+            ]
+        )
+        for into, name in ((outputs, output), (weights, weight))
+    ]
+    if not all(m.matches(statement, append) for statement, append in zip(body[1:], appends)):
+        return None
+    # the same call as the comprehension form's, unsubscripted: `[F(...)[0] for q, k, v in zip(*S)]`
+    comprehension = cst.ListComp(
+        elt=cst.Subscript(value=assign.value, slice=[cst.SubscriptElement(slice=cst.Index(value=cst.Integer("0")))]),
+        for_in=cst.CompFor(target=loop.target, iter=loop.iter),
+    )
+    attention = _calls(comprehension, pieces)
+    if attention is None:
+        return None
+    # the loop's own names hold one piece's output and weights: read after, they would hold the whole sequence's
+    own = (weight,) if output == concatenated[0] else (output, weight)
+    return assign.value, (outputs, *own)
 
 
 def _functions(tree: cst.Module):
@@ -413,7 +500,9 @@ class SegmentAttention(Codemod):
         choice = formatted_block(list(cst.parse_module(code).body), depth, indent).body[0]
         eager = choice.orelse.body
         eager = eager.with_changes(body=[lengths.with_changes(leading_lines=()), *eager.body])
-        choice = choice.with_changes(leading_lines=lengths.leading_lines, orelse=choice.orelse.with_changes(body=eager))
+        choice = choice.with_changes(
+            leading_lines=lengths.leading_lines, orelse=choice.orelse.with_changes(body=eager)
+        )
         body = list(block.body)
         start = next(index for index, statement in enumerate(body) if statement is site.statements[0])
         body[start : start + len(site.statements)] = [choice, *site.statements_after(depth, indent)]

@@ -71,19 +71,50 @@ def _pair(model_class: str, implementation: str):
     return original, rewritten
 
 
+def _output(result) -> tuple[torch.Tensor, list | None]:
+    """(output, per-piece weights) of a fixture module: LoopAttention returns its weights too."""
+    return result if isinstance(result, tuple) else (result, None)
+
+
+def _same_weights(actual: list, expected: list) -> bool:
+    return len(actual) == len(expected) and all(
+        a is e is None or (a is not None and e is not None and torch.equal(a, e)) for a, e in zip(actual, expected)
+    )
+
+
+def _check_block_weights(whole: list, pieces: list, lengths: list[int]) -> None:
+    """The export arm's one entry of weights against eager's per-piece ones: each piece's a diagonal block (within
+    rounding), exactly 0 across pieces; None where the attention function returns none."""
+    assert len(whole) == 1
+    if whole[0] is None:
+        assert all(piece is None for piece in pieces)
+        return
+    starts = torch.tensor([0, *lengths]).cumsum(0).tolist()
+    outside = torch.ones_like(whole[0], dtype=torch.bool)
+    for start, end, piece in zip(starts, starts[1:], pieces):
+        block = whole[0][..., start:end, start:end]
+        assert (block - piece).abs().max().item() <= allowed([piece]) if piece.numel() else block.numel() == 0
+        outside[..., start:end, start:end] = False
+    assert torch.all(whole[0][outside] == 0)
+
+
 @pytest.mark.parametrize("implementation", ["sdpa", "eager"])
-@pytest.mark.parametrize("model_class", ["PackedAttention", "InlineAttention"])
+@pytest.mark.parametrize("model_class", ["PackedAttention", "InlineAttention", "LoopAttention"])
 def test_eager_is_unchanged_and_the_export_arm_matches_it(model_class: str, implementation: str):
     original, rewritten = _pair(model_class, implementation)
     for seed, lengths in enumerate(LAYOUTS):
         hidden, cu_seqlens = _inputs(lengths, seed)
         with torch.no_grad():
-            expected = original(hidden, cu_seqlens)
-            assert torch.equal(rewritten(hidden, cu_seqlens), expected)
+            expected, expected_weights = _output(original(hidden, cu_seqlens))
+            output, weights = _output(rewritten(hidden, cu_seqlens))
+            assert torch.equal(output, expected)
             with mock.patch("torch.compiler.is_exporting", return_value=True):
-                actual = rewritten(hidden, cu_seqlens)
+                actual, actual_weights = _output(rewritten(hidden, cu_seqlens))
         assert actual.shape == expected.shape
         assert (actual - expected).abs().max().item() <= allowed([expected]), lengths
+        if expected_weights is not None:
+            assert _same_weights(weights, expected_weights)
+            _check_block_weights(actual_weights, expected_weights, lengths)
 
 
 def _export(module: torch.nn.Module, lengths: list[int]) -> torch.export.ExportedProgram:
@@ -98,15 +129,15 @@ def test_the_original_does_not_export():
         _export(original, [3, 5])
 
 
-@pytest.mark.parametrize("model_class", ["PackedAttention", "InlineAttention"])
+@pytest.mark.parametrize("model_class", ["PackedAttention", "InlineAttention", "LoopAttention"])
 def test_one_program_serves_any_number_of_segments_of_any_lengths(model_class: str):
     original, rewritten = _pair(model_class, "sdpa")
     program = _export(rewritten, [3, 5]).module()
     for seed, lengths in enumerate([[7], [2, 2, 2, 2], [1, 6, 3], [4, 0, 6], [3, 5]]):
         hidden, cu_seqlens = _inputs(lengths, seed)
         with torch.no_grad():
-            expected = original(hidden, cu_seqlens)
-            actual = program(hidden, cu_seqlens)
+            expected, _ = _output(original(hidden, cu_seqlens))
+            actual, _ = _output(program(hidden, cu_seqlens))
         assert (actual - expected).abs().max().item() <= allowed([expected]), lengths
 
 
@@ -125,7 +156,13 @@ def test_refusals_are_reported_with_their_reasons():
     change = _change("refuse_other_forms")
     assert not change.changed
     reasons = {finding.construct: finding.reason for finding in change.findings}
-    assert set(reasons) == {"weights_kept", "mask_passed", "lengths_read_after", "names_taken", "causality_of_the_module"}
+    assert set(reasons) == {
+        "weights_kept",
+        "mask_passed",
+        "lengths_read_after",
+        "names_taken",
+        "causality_of_the_module",
+    }
     for construct in ("weights_kept", "mask_passed", "causality_of_the_module"):
         assert "is_causal=False" in reasons[construct]
     assert reasons["lengths_read_after"] == "the function reads `lengths` outside the split attention"
@@ -164,7 +201,9 @@ def _rewritten_sites(tree: cst.Module) -> list[list[cst.BaseStatement]]:
                     continue
                 if "split_sizes, segment_mask = " not in _code([statement]):
                     continue
-                end = next(j for j in range(index + 1, len(body)) if re.match(r"\w+ = torch\.cat\(", _code(body[j:j + 1])))
+                end = next(
+                    j for j in range(index + 1, len(body)) if re.match(r"\w+ = torch\.cat\(", _code(body[j : j + 1]))
+                )
                 found.append(body[index : end + 1])
 
     tree.visit(Finder())
@@ -180,7 +219,11 @@ def _as_written(site: list[cst.BaseStatement]) -> str:
     `lengths.tolist()`, the calls without a mask."""
     lengths = site[0].orelse.body.body[0]
     name = lengths.body[0].targets[0].target.value
-    after = _code(site[1:]).replace("split_sizes", f"{name}.tolist()").replace("attention_mask=segment_mask", "attention_mask=None")
+    after = (
+        _code(site[1:])
+        .replace("split_sizes", f"{name}.tolist()")
+        .replace("attention_mask=segment_mask", "attention_mask=None")
+    )
     return _code([lengths]) + after
 
 
@@ -198,7 +241,9 @@ def _statement_runs(module: ast.Module) -> set[tuple[str, ...]]:
             block = getattr(node, field, None)
             if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
                 dumps = [ast.dump(statement) for statement in block]
-                runs.update(tuple(dumps[i:j]) for i in range(len(dumps)) for j in range(i + 1, min(i + 5, len(dumps)) + 1))
+                runs.update(
+                    tuple(dumps[i:j]) for i in range(len(dumps)) for j in range(i + 1, min(i + 5, len(dumps)) + 1)
+                )
     return runs
 
 
@@ -223,7 +268,7 @@ def test_every_site_generate_rewrites_gives_the_same_attention_on_both_arms():
         for path in sorted(folder.glob("modeling_*.py")) + sorted(folder.glob("modular_*.py"))
         if "lengths.tolist()" in path.read_text(encoding="utf-8")
     ]
-    sites = exercised = 0
+    sites = exercised = loops = 0
     for path in paths:
         source = path.read_text(encoding="utf-8")
         change = run_codemods(source, path.name, tf.module_name(path))
@@ -237,6 +282,8 @@ def test_every_site_generate_rewrites_gives_the_same_attention_on_both_arms():
             assert tuple(ast.dump(s) for s in ast.parse(original).body) in written, (path, original)
             after = _code(site)
             cu, (q, k, v), function, result = _site_names(original)
+            weights = re.search(r"^\w+, (\w+) = \[\], \[\]$", original, re.M)
+            weights = weights and weights.group(1)
             for seed, lengths in enumerate(LAYOUTS):
                 generator = torch.Generator().manual_seed(seed)
                 tensors = [torch.randn(1, HEADS, sum(lengths), 8, generator=generator) for _ in range(3)]
@@ -245,14 +292,21 @@ def test_every_site_generate_rewrites_gives_the_same_attention_on_both_arms():
                     names = {"torch": torch, "self": _Module(), "kwargs": {}, cu: cu_seqlens, function: attention}
                     names.update(zip((q, k, v), tensors), **{HELPER: block_diagonal_mask})
                     try:
-                        expected = _run(original, names)[result]
+                        expected = _run(original, names)
                     except RuntimeError:  # transformers' sdpa cannot reshape an empty segment: nothing to match
                         assert 0 in lengths and attention is sdpa_attention_forward, path
                         continue
-                    assert torch.equal(_run(after, names)[result], expected), path
+                    eager = _run(after, names)
+                    assert torch.equal(eager[result], expected[result]), path
                     with mock.patch("torch.compiler.is_exporting", return_value=True):
-                        actual = _run(after, names)[result]
-                    assert actual.shape == expected.shape, path
-                    assert (actual - expected).abs().max().item() <= allowed([expected]), (path, lengths)
+                        exported = _run(after, names)
+                    actual = exported[result]
+                    assert actual.shape == expected[result].shape, path
+                    assert (actual - expected[result]).abs().max().item() <= allowed([expected[result]]), path
+                    if weights is not None:  # a loop keeps each piece's weights
+                        assert _same_weights(eager[weights], expected[weights]), path
+                        _check_block_weights(exported[weights], expected[weights], lengths)
+                        loops += 1
             exercised += 1
     assert exercised == sites > 0
+    assert loops > 0  # the loop form's weights were compared

@@ -1,6 +1,7 @@
 """Qwen-style vision towers with the codemods of issue 19 (segment-attention, vision-grid-loops, exclusive-cumsum):
-the generated Qwen2-VL, Qwen2.5-VL (windowed attention) and Qwen3-VL towers, tiny and seeded, export in every dims style and match transformers'
-towers on 1, 2 and 3 images of different sizes (`tasks.patch_inputs(varied=True)`: 8x8, 10x6 and 6x10 patches), from
+the generated Qwen2-VL, Qwen2.5-VL (windowed attention) and Qwen3-VL towers, and PaddleOCR-VL's (its attention loops
+over the images keeping each one's weights; its embeddings interpolate positions by the grid), tiny and seeded,
+export in every dims style and match transformers' towers on 1, 2 and 3 images of different sizes (`tasks.patch_inputs(varied=True)`: 8x8, 10x6 and 6x10 patches), from
 one program each, with the pixel values and the grid as the only inputs. Run as a user would: `exportsmith
 generate`, then `exportsmith verify --json` (each tower in its own process)."""
 
@@ -11,7 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-TOWERS = {"qwen2_vl": "qwen2_vl_vision", "qwen2_5_vl": "qwen2_5_vl_vision", "qwen3_vl": "qwen3_vl_vision"}
+TOWERS = {
+    "qwen2_vl": "qwen2_vl_vision",
+    "qwen2_5_vl": "qwen2_5_vl_vision",
+    "qwen3_vl": "qwen3_vl_vision",
+    "paddleocr_vl": "paddleocr_vl_vision",
+}
 
 
 def _exportsmith(*args: str, cwd: Path) -> subprocess.CompletedProcess:
