@@ -411,6 +411,25 @@ def test_named_dims_share_one_batch_and_one_tokens_dim_and_leave_the_rest_dynami
         varying_dims(decode, "static")
 
 
+def test_the_tokens_range_stops_at_the_longest_text_the_model_takes():
+    """owlvit's text tower has 16 learned positions: a range to 64 contradicts the slice of its position ids (export
+    fails with `Constraints violated (tokens)`), and no user declares it."""
+    from dataclasses import replace
+
+    from exportsmith.verify.check import build_original, programs_for, text_positions, tokens_dim
+
+    original, _ = build_original("owlvit_text_model")
+    (forward,) = programs_for(original)
+    assert text_positions(original.config) == forward.max_tokens == 16
+    assert tokens_dim(forward).max == 16
+    assert tokens_dim(replace(forward, max_tokens=None)).max == 64
+    longer = replace(forward, cases=(*forward.cases, replace(forward.cases[-1], name="long", new_tokens=20)))
+    assert tokens_dim(longer).max == 20  # never short of a case: that case fails instead
+    # transformers' own class needs no rewrite: with the range a user declares, it verifies
+    result = verify_model("owlvit_text_model", subject="original", styles=("named",))
+    assert result.ok, result.message
+
+
 def _windowed_mistral():
     """The generated mistral copy with a 4-token window, and decode inputs of a given shape (seeded)."""
     from transformers import MistralConfig

@@ -117,6 +117,7 @@ class Case:
 class Program:
     name: str
     cases: tuple[Case, ...]  # cases[0] is the export example
+    max_tokens: int | None = None  # the longest text the model takes (its learned positions), where it is known
 
 
 @dataclass
@@ -549,12 +550,26 @@ def forward_program(original: torch.nn.Module, layout: int, caching: bool = Fals
             inputs = partial(with_cache, inputs)
         optional = shape in FORWARD_EDGE_SHAPES
         cases.append(Case(shape_name(shape), shape.batch, shape.text_length, 0, inputs, optional))
-    return Program("forward", tuple(cases))
+    return Program("forward", tuple(cases), text_positions(original.config) if text else None)
+
+
+def text_positions(config) -> int | None:
+    """The number of positions of the model's text embeddings (`max_position_embeddings` and its aliases, of the
+    config or its text config): the longest text it takes; None where the config does not say."""
+    found = [
+        value
+        for owner in (config, getattr(config, "text_config", None))
+        for name in ("max_position_embeddings", "n_positions", "n_ctx")
+        if isinstance(value := getattr(owner, name, None), int) and value > 0
+    ]
+    return min(found, default=None)
 
 
 def in_range(programs: list[Program], references: dict) -> list[Program]:
     """`programs` without the optional cases the original's eager forward failed (none in `references`)."""
-    return [Program(p.name, tuple(c for c in p.cases if (p.name, c.name) in references)) for p in programs]
+    return [
+        Program(p.name, tuple(c for c in p.cases if (p.name, c.name) in references), p.max_tokens) for p in programs
+    ]
 
 
 def with_cache(inputs: Callable[[], dict]) -> dict:
@@ -734,8 +749,12 @@ TOKENS_MAX = 64
 
 
 def tokens_dim(program: Program) -> torch.export.Dim:
-    """The named style's dim of the new tokens: from 1 to 64, or to the program's longest case."""
-    return torch.export.Dim("tokens", min=1, max=max(TOKENS_MAX, *(case.new_tokens for case in program.cases)))
+    """The named style's dim of the new tokens: from 1 to 64, or to the program's longest case; to the longest text
+    the model takes where that is shorter (owlvit's 16 positions: a user declares no range its embeddings refuse)."""
+    longest = max(TOKENS_MAX, *(case.new_tokens for case in program.cases))
+    if program.max_tokens is not None:
+        longest = min(longest, max(program.max_tokens, *(case.new_tokens for case in program.cases)))
+    return torch.export.Dim("tokens", min=1, max=longest)
 
 
 def styles_of(subject: str) -> tuple[str | None, ...]:
