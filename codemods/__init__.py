@@ -9,6 +9,7 @@ from .cond_branches import CondBranches
 from .exclusive_cumsum import ExclusiveCumsum
 from .fp16_clamp import Fp16Clamp
 from .export_early_return import ExportEarlyReturn
+from .flip_unfolded import FlipUnfolded
 from .moe_expert_loop import MoeExpertLoop
 from .pad_to_min_length import PadToMinLength
 from .segment_attention import SegmentAttention
@@ -36,6 +37,7 @@ ALL_CODEMODS: tuple[type[Codemod], ...] = (
     VmapMasks,
     BoundedTopk,
     ShiftByOne,
+    FlipUnfolded,
 )
 
 
