@@ -411,6 +411,26 @@ def test_named_dims_share_one_batch_and_one_tokens_dim_and_leave_the_rest_dynami
         varying_dims(decode, "static")
 
 
+def test_a_decode_step_takes_the_mask_generate_passes_it():
+    """Mamba's `prepare_inputs_for_generation` drops the attention mask after the first step, and its forward takes a
+    mask of the new tokens only: the harness's decode steps gave it one of past + new tokens, which its eager forward
+    rejected (`The size of tensor a (3) must match the size of tensor b (8)`), so the type was never measured."""
+    from exportsmith.verify.check import build_original, programs_for
+    from exportsmith.verify.inputs import decode_takes_mask
+
+    mamba, _ = build_original("mamba")
+    llama, _ = build_original("llama")
+    assert not decode_takes_mask(mamba) and decode_takes_mask(llama)
+    decode, prefill = programs_for(mamba)
+    stepped = [case.inputs() for case in decode.cases if case.past]
+    assert stepped and not any("attention_mask" in inputs for inputs in stepped)
+    assert all("attention_mask" in case.inputs() for case in prefill.cases if not case.past)
+    assert all("attention_mask" in case.inputs() for case in programs_for(llama)[0].cases)
+    # measured now: it gets past eager, to its export
+    result = verify_model("mamba", subject="original", styles=("named",))
+    assert result.failure != "eager", result.message
+
+
 def test_the_tokens_range_stops_at_the_longest_text_the_model_takes():
     """owlvit's text tower has 16 learned positions: a range to 64 contradicts the slice of its position ids (export
     fails with `Constraints violated (tokens)`), and no user declares it."""

@@ -33,7 +33,7 @@ from transformers import GenerationConfig
 from transformers.generation.utils import GenerationMixin
 
 from exportsmith.verify.errors import first_line
-from exportsmith.verify.inputs import cache_keyword, output_cache
+from exportsmith.verify.inputs import cache_keyword, decode_takes_mask, output_cache
 from exportsmith.verify.tasks import forward_parameters, main_input, random_tokens
 from exportsmith.verify.tolerance import RTOL
 
@@ -214,9 +214,10 @@ def decoder_loop(model: torch.nn.Module, prefill: Runnable, decode: Runnable, pr
     with torch.no_grad():
         out = prefill(input_ids=prompt, attention_mask=torch.ones(batch, length, dtype=torch.long), use_cache=True)
         tokens = [out.logits[:, -1].argmax(-1, keepdim=True)]
+        masked = decode_takes_mask(model)  # as generate() passes it (Mamba's steps take none)
         for step in range(1, NEW_TOKENS):
-            mask = torch.ones(batch, length + step, dtype=torch.long)
-            out = decode(input_ids=tokens[-1], attention_mask=mask, use_cache=True, **{keyword: output_cache(out)})
+            mask = {"attention_mask": torch.ones(batch, length + step, dtype=torch.long)} if masked else {}
+            out = decode(input_ids=tokens[-1], use_cache=True, **mask, **{keyword: output_cache(out)})
             tokens.append(out.logits[:, -1].argmax(-1, keepdim=True))
     return torch.cat(tokens, dim=1)
 

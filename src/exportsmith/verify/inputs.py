@@ -81,7 +81,8 @@ def output_cache(outputs):
 
 
 def case_inputs(cache_model: torch.nn.Module, vocab_size: int, case: Case) -> dict:
-    """Forward kwargs for `case`; the cache of the past tokens (if any) comes from `cache_model`."""
+    """Forward kwargs for `case`; the cache of the past tokens (if any) comes from `cache_model`. A step after a
+    cache takes no attention mask where generate() passes it none (`decode_takes_mask`)."""
     generator = torch.Generator().manual_seed(case_seed(case))
     prefix_ids = random_tokens(vocab_size, (case.batch, case.past), generator)
     input_ids = random_tokens(vocab_size, (case.batch, case.new_tokens), generator)
@@ -94,4 +95,37 @@ def case_inputs(cache_model: torch.nn.Module, vocab_size: int, case: Case) -> di
         with torch.no_grad():
             prefix = cache_model(input_ids=prefix_ids, attention_mask=torch.ones_like(prefix_ids), use_cache=True)
         inputs[cache_keyword(cache_model)] = output_cache(prefix)
+        if not decode_takes_mask(cache_model):
+            del inputs["attention_mask"]
     return inputs
+
+
+def decode_takes_mask(model: torch.nn.Module) -> bool:
+    """Whether generate() passes an attention mask to a step after the first: what the model's
+    `prepare_inputs_for_generation` keeps of one (Mamba's drops it, and its forward takes a mask of the new tokens
+    only). Asked once per model class, of a 2-token prompt's cache."""
+    kind = type(model)
+    if kind not in _DECODE_TAKES_MASK:
+        _DECODE_TAKES_MASK[kind] = _keeps_mask(model)
+    return _DECODE_TAKES_MASK[kind]
+
+
+_DECODE_TAKES_MASK: dict[type, bool] = {}
+
+
+def _keeps_mask(model: torch.nn.Module) -> bool:
+    prepare = getattr(model, "prepare_inputs_for_generation", None)
+    keyword = cache_keyword(model)
+    if prepare is None or keyword is None:
+        return True
+    prompt = torch.ones(1, 2, dtype=torch.long)
+    try:
+        with torch.no_grad():
+            cache = output_cache(model(input_ids=prompt, attention_mask=torch.ones_like(prompt), use_cache=True))
+        ids = torch.ones(1, 3, dtype=torch.long)
+        prepared = prepare(
+            ids, attention_mask=torch.ones_like(ids), use_cache=True, is_first_iteration=False, **{keyword: cache}
+        )
+    except Exception:
+        return True  # a model whose preparation needs more than a prompt: the mask, as for every other model
+    return prepared.get("attention_mask") is not None
