@@ -13,6 +13,7 @@ from .flip_unfolded import FlipUnfolded
 from .moe_expert_loop import MoeExpertLoop
 from .pad_to_min_length import PadToMinLength
 from .segment_attention import SegmentAttention
+from .sequence_scan import SequenceScan
 from .shift_by_one import ShiftByOne
 from .sliding_window_cache import SlidingWindowCache
 from .take_along_dim_gather import TakeAlongDimGather
@@ -38,6 +39,7 @@ ALL_CODEMODS: tuple[type[Codemod], ...] = (
     BoundedTopk,
     ShiftByOne,
     FlipUnfolded,
+    SequenceScan,
 )
 
 

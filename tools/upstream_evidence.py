@@ -50,6 +50,7 @@ REPRESENTATIVES = {
     "vmap-masks": ["unlimited_ocr_text", "t5gemma2_encoder"],
     "shift-by-one": ["zaya"],  # a decoder LM: its test declares named new tokens, which a forward's cannot
     "flip-unfolded": ["inkling2_text"],  # its short convolution's windows, in every decode step
+    "sequence-scan": ["zamba"],  # the Mamba layers' reference scan: the one of their copies that verifies with it
 }
 # Codemods whose paths only half precision takes: their test runs the model in float16
 HALF_PRECISION = {"fp16-clamp"}
@@ -59,7 +60,7 @@ HALF_PRECISION = {"fp16-clamp"}
 TEST_CONFIG = {"moe-expert-loop": {"experts_implementation": "eager"}, "bounded-topk": {"index_topk": 4}}
 # Codemods whose failures `Dim.AUTO` accepts (the guards hold over the range, torch cannot prove it): their test declares
 # the new tokens with a named dim, as users do
-NAMED_TOKENS = {"chunk-padding", "shift-by-one", "flip-unfolded"}
+NAMED_TOKENS = {"chunk-padding", "shift-by-one", "flip-unfolded", "sequence-scan"}
 # Codemods whose site a prefill reaches and a decode step does not declare across (the sparse indexer's top-k over a
 # prompt longer than `index_topk`, 4 in the test's configuration): their test exports the prefill, its prompt length
 # a named dim
