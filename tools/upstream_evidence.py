@@ -118,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--coverage", type=Path, default=ROOT / "generated" / "COVERAGE.json")
     args = parser.parse_args(argv)
+    args.work = args.work.resolve()  # the children run in it: a relative tree path would not point at the tree
     tf, cache = find_transformers(), ContentCache()
     coverage = json.loads(args.coverage.read_text())
     out = args.series / "evidence.json"
