@@ -95,6 +95,11 @@ def test_diff_puts_the_evidence_of_the_installed_release_into_the_pr_texts(tmp_p
     assert result.exit_code == 0, result.output
     text = (tmp_path / "series" / f"{stem}.md").read_text()
     assert "| minimax | export-error: `decode: boom` | verified | 1 | 1e-06 |" in text
+    # the evidence tool writes it into the series it measured: rewriting that series keeps it
+    inside = tmp_path / "series" / "evidence.json"
+    inside.write_text(json.dumps(data))
+    assert run("diff", "minimax", "--out", str(tmp_path / "series"), "--evidence", str(inside)).exit_code == 0
+    assert json.loads(inside.read_text()) == data
     evidence.write_text(json.dumps({**data, "transformers": "4.0.0"}))
     result = run("diff", "minimax", "--out", str(tmp_path / "other"), "--evidence", str(evidence))
     assert result.exit_code != 0

@@ -180,6 +180,9 @@ def diff(
             )
     model_types = {module: list(tf.models[module].model_types) for module in modules}
     files = patch_series(rendered.upstream, measured, model_types, tf.version)
+    if evidence is not None and evidence.resolve().parent == out.resolve():
+        # the evidence tool writes it into the series it measured: the new series keeps it
+        files[evidence.name] = evidence.read_text(encoding="utf-8")
     try:
         write_tree(files, out)
     except OSError as error:
