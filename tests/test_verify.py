@@ -431,6 +431,29 @@ def test_a_decode_step_takes_the_mask_generate_passes_it():
     assert result.failure != "eager", result.message
 
 
+def test_a_model_whose_multi_token_step_is_another_path_decodes_one_token_at_a_time():
+    """Mamba's eager step of several tokens after a cache restarts its state from zero, its one-token step updates
+    it: the two differ far beyond rounding, so its decode range is one token (as generate() decodes), and the record
+    says why. A transformer's differ by rounding: its range keeps the multi-token steps."""
+    from exportsmith.verify.check import build_original, one_token_steps, programs_for, vocab
+    from exportsmith.verify.inputs import ONE_TOKEN_DECODE_EXAMPLE, step_gap
+
+    mamba, _ = build_original("mamba")
+    llama, _ = build_original("llama")
+    gap, rounding = step_gap(mamba, vocab(mamba.config))
+    assert gap > 100 * rounding
+    gap, rounding = step_gap(llama, vocab(llama.config))
+    assert gap < rounding
+    assert one_token_steps(mamba, vocab(mamba.config)) and not one_token_steps(llama, vocab(llama.config))
+    decode, prefill = programs_for(mamba)
+    assert decode.cases[0].name == ONE_TOKEN_DECODE_EXAMPLE.name
+    assert {case.new_tokens for case in decode.cases} == {1} and len(decode.cases) > 3
+    assert len({case.new_tokens for case in prefill.cases}) > 1  # the prompt keeps its range
+    assert len({case.new_tokens for case in programs_for(llama)[0].cases}) > 1
+    result = verify_model("mamba", subject="original", styles=("named",))
+    assert any(entry.startswith("decode: steps of several new tokens") for entry in result.outside_range)
+
+
 def test_the_tokens_range_stops_at_the_longest_text_the_model_takes():
     """owlvit's text tower has 16 learned positions: a range to 64 contradicts the slice of its position ids (export
     fails with `Constraints violated (tokens)`), and no user declares it."""

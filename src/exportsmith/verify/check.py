@@ -60,7 +60,8 @@ from exportsmith.verify.encoder_outputs import decode_encoder_outputs, encoder_o
 from exportsmith.verify.errors import first_line, user_location
 from exportsmith.verify.greedy import greedy_loops
 from exportsmith.verify.guards import GuardLog, guard_source
-from exportsmith.verify.inputs import DECODE_CASES, PREFILL_CASES, cache_keyword, case_inputs, output_cache
+from exportsmith.verify.inputs import DECODE_CASES, ONE_TOKEN_DECODE_EXAMPLE, PREFILL_CASES, cache_keyword, case_inputs
+from exportsmith.verify.inputs import output_cache, step_gap
 from exportsmith.verify.real import window_cases
 from exportsmith.verify.shapes import dynamic_shapes_like, with_named_inputs
 from exportsmith.verify.tasks import AUDIO_LAYOUTS, EXAMPLE, InputShape, config_for, dummy_inputs, model_class
@@ -237,7 +238,8 @@ def verify_model(
     subject_model = generated if generated is not None else original
     try:
         references = {}
-        for program in programs_for(original, extra=extra):
+        original_programs = programs_for(original, extra=extra)
+        for program in original_programs:
             for case in program.cases:
                 try:
                     references[program.name, case.name] = run(original, case.inputs())
@@ -247,6 +249,12 @@ def verify_model(
                     result.outside_range.append(f"{program.name} {case.name}: {first_line(error)}")
     except Exception as error:
         return result.fail("eager", first_line(error) + alike, user_location(error, where))
+    if any(case.name == ONE_TOKEN_DECODE_EXAMPLE.name for program in original_programs for case in program.cases):
+        gap, rounding = step_gap(original, vocab(original.config))
+        result.outside_range.append(
+            f"decode: steps of several new tokens (eager's differs from its one-token steps by max|diff|={gap:.3g}, "
+            f"rounding {rounding:.2g}): one token at a time, as generate() decodes"
+        )
     try:
         # the same cases, with the subject's own cache (a generated copy's layers are its own classes)
         programs = in_range(programs_for(original, cache_model=subject_model, extra=extra), references)
@@ -523,9 +531,12 @@ def programs_for(
     layout = audio_layout(original)
     if is_lm and not getattr(original.config, "is_encoder_decoder", False):
         vocab_size = vocab(original.config)  # a multimodal LM's is its text config's
+        decode = DECODE_CASES + extra[0]
+        if one_token_steps(original, vocab_size):
+            decode = (ONE_TOKEN_DECODE_EXAMPLE, *(case for case in decode if case.new_tokens == 1))
         return [
             Program(name, tuple(lm_case(cache_model or original, vocab_size, case) for case in cases))
-            for name, cases in (("decode", DECODE_CASES + extra[0]), ("prefill", PREFILL_CASES + extra[1]))
+            for name, cases in (("decode", decode), ("prefill", PREFILL_CASES + extra[1]))
         ]
     if is_lm and "encoder_outputs" in parameters:
         # its forward starts a generation: with `use_cache=True`, as generate() calls it (a config may default to
@@ -537,6 +548,15 @@ def programs_for(
             forward_program(original, layout, caching=True),
         ]
     return [forward_program(original, layout)]
+
+
+def one_token_steps(original: torch.nn.Module, vocab_size: int) -> bool:
+    """Whether a decoder LM's decode range is one new token: where its eager step of several tokens after a cache
+    is not (beyond rounding, `tolerance.allowed`) its one-token steps, a multi-token step is no step of a generation
+    (generate() feeds one token at a time), and a program traced at one would be compared with the other path
+    (Mamba's full scan from a zero state, against its recurrent update)."""
+    gap, rounding = step_gap(original, vocab_size)
+    return gap > rounding
 
 
 def forward_program(original: torch.nn.Module, layout: int, caching: bool = False) -> Program:

@@ -23,6 +23,7 @@ from typing import NamedTuple
 import torch
 
 from exportsmith.verify.tasks import random_tokens
+from exportsmith.verify.tolerance import allowed
 
 
 class Case(NamedTuple):
@@ -45,6 +46,10 @@ DECODE_CASES = (
     Case("two-tokens-past1", batch=1, new_tokens=2, past=1),
     Case("second-step", batch=1, new_tokens=1, past=2),
 )
+
+# The decode example of a model whose multi-token steps after a cache are not its one-token steps (`step_gap`): it
+# decodes one token at a time, as generate() calls it
+ONE_TOKEN_DECODE_EXAMPLE = Case("one-token-example", batch=2, new_tokens=1, past=5)
 
 PREFILL_EXAMPLE = Case("prefill-example", batch=2, new_tokens=5, past=0)
 PREFILL_CASES = (
@@ -129,3 +134,49 @@ def _keeps_mask(model: torch.nn.Module) -> bool:
     except Exception:
         return True  # a model whose preparation needs more than a prompt: the mask, as for every other model
     return prepared.get("attention_mask") is not None
+
+
+def step_gap(model: torch.nn.Module, vocab_size: int) -> tuple[float, float]:
+    """(max |diff|, the rounding allowed) between the logits of 3 new tokens decoded in one step after a 5-token
+    prompt's cache and the same tokens decoded one at a time: within rounding for a transformer (about 1e-7 on the
+    tiny models, against 1e-5), beyond it where the model takes another path for several tokens than for one
+    (Mamba's multi-token step restarts its state from zero: 0.018). Asked once per model class; (0.0, 0.0) where the
+    model cannot be asked (no cache keyword, a failing call)."""
+    kind = type(model)
+    if kind not in _STEP_GAP:
+        _STEP_GAP[kind] = _step_gap(model, vocab_size)
+    return _STEP_GAP[kind]
+
+
+_STEP_GAP: dict[type, tuple[float, float]] = {}
+
+
+def _step_gap(model: torch.nn.Module, vocab_size: int) -> tuple[float, float]:
+    keyword = cache_keyword(model)
+    if keyword is None:
+        return 0.0, 0.0
+    generator = torch.Generator().manual_seed(0)
+    prefix = random_tokens(vocab_size, (1, 5), generator)
+    new = random_tokens(vocab_size, (1, 3), generator)
+    masked = decode_takes_mask(model)
+
+    def prompt_cache():
+        return output_cache(model(input_ids=prefix, attention_mask=torch.ones_like(prefix), use_cache=True))
+
+    def call(ids, past, cache):
+        mask = {"attention_mask": torch.ones(1, past + ids.shape[1], dtype=torch.long)} if masked else {}
+        return model(input_ids=ids, use_cache=True, **mask, **{keyword: cache})
+
+    try:
+        with torch.no_grad():
+            whole = call(new, prefix.shape[1], prompt_cache()).logits
+            cache, stepped = prompt_cache(), []
+            for index in range(new.shape[1]):
+                out = call(new[:, index : index + 1], prefix.shape[1] + index, cache)
+                cache = output_cache(out)
+                stepped.append(out.logits[:, -1])
+    except Exception:
+        return 0.0, 0.0
+    if whole.shape[1] != new.shape[1]:  # logits of the last position only
+        return 0.0, 0.0
+    return (whole.float() - torch.stack(stepped, 1).float()).abs().max().item(), allowed([whole])
