@@ -397,3 +397,37 @@ def test_a_table_without_the_original_column_does_not_claim_the_generated_copy_e
     both = {**swept, "original": {"a": record("export-error", "boom"), "b": record("export-error", "boom")}}
     text = coverage.markdown(coverage.table(both, ["a", "b"], {}), {})
     assert "The generated copy passes where the original fails for 1 model types" in text
+
+
+def test_a_run_that_ablates_one_codemod_keeps_the_others_findings_with_their_dates():
+    earlier = {
+        "date": "2026-02-02",
+        "transformers": "5.24.0",
+        "moves": {"needs": {"cond-branches": [], "shift-by-one": ["b"]}},
+        "carried": {"date": "2026-01-01", "columns": ["ablations"]},
+        "models": [
+            {
+                "model_type": name,
+                "model_class": "FooModel",
+                **{column: {"status": "ok", "reason": "", "location": None} for column in coverage.DEFAULT_COLUMNS},
+                coverage.GREEDY: {"status": "skipped", "reason": "", "location": None},
+            }
+            for name in ("a", "b")
+        ],
+    }
+    records = {column: {} for column in coverage.SWEPT}
+    ablations = {"flip-unfolded": {"a": record("export-error", "E")}, "shift-by-one": {"b": record("ok")}}
+    data = coverage.table(records, ["a", "b"], ablations, keep=earlier)
+    # flip-unfolded and shift-by-one measured in this run (shift-by-one's earlier finding replaced), cond-branches held
+    assert data["moves"]["needs"] == {"cond-branches": [], "flip-unfolded": ["a"], "shift-by-one": []}
+    assert data["ablation_dates"]["cond-branches"] == {"date": "2026-01-01", "harness": "earlier"}
+    assert data["ablation_dates"]["flip-unfolded"]["harness"] == "this"
+    text = coverage.markdown(data, {column: 0.0 for column in coverage.SWEPT})
+    lines = {line.split("`")[1]: line for line in text.splitlines() if line.startswith("- verify only with")}
+    assert "measured with the harness of 2026-01-01" in lines["cond-branches"]
+    assert "measured" not in lines["flip-unfolded"].split("`python tools/ablation.py flip-unfolded`")[1].split(":")[0]
+    assert lines["flip-unfolded"].endswith(": a")
+    # a later run that ablates nothing keeps each codemod's own date
+    again = coverage.table(records, ["a", "b"], {}, keep=data)
+    assert again["ablation_dates"] == data["ablation_dates"]
+    assert again["moves"]["needs"] == data["moves"]["needs"]

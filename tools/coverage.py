@@ -178,6 +178,25 @@ def moves(rows: list[dict], ablations: dict[str, dict[str, dict]]) -> dict:
     }
 
 
+def held_ablation(earlier: dict, codemod: str, carried: bool) -> dict:
+    """When and with which harness ("this" or "earlier") the earlier table's ablation of `codemod` was measured: its
+    own record of it, else the date of the table's ablations (carried over from an earlier harness, or kept); all
+    from an earlier harness when the earlier table is carried over."""
+    held = dict((earlier.get("ablation_dates") or {}).get(codemod) or {})
+    if not held:
+        was = earlier.get("carried") or {}
+        if "ablations" in was.get("columns", []):
+            held = {"date": was["date"], "harness": "earlier"}
+        else:
+            held = {
+                "date": (earlier.get("kept") or {}).get("ablations", {}).get("date", earlier["date"]),
+                "harness": "this",
+            }
+    if carried:
+        held["harness"] = "earlier"
+    return held
+
+
 def table(
     records: dict[str, dict[str, dict]],
     model_types: list[str],
@@ -197,8 +216,13 @@ def table(
     # columns without records take the earlier table's cells, if it has that column (an older table has no executorch)
     held = {column for column in SWEPT if earlier is not None and any(column in row for row in earlier["models"])}
     empty = [column for column in SWEPT if not records[column] and column in held]
-    if earlier is not None and not ablations and earlier.get("moves", {}).get("needs"):
-        empty.append("ablations")  # tools/ablation.py's records: not in this work directory
+    # tools/ablation.py's records of the codemods this work directory has none for (each codemod's own: a run that
+    # ablates one keeps the others' findings); a codemod deleted since has nothing left to need
+    codemods = {codemod.NAME for codemod in ALL_CODEMODS}
+    earlier_needs = earlier.get("moves", {}).get("needs", {}) if earlier is not None else {}
+    needs_held = {name: types for name, types in earlier_needs.items() if name not in ablations and name in codemods}
+    if earlier_needs and needs_held:
+        empty.append("ablations")
     carried, kept, resumed = {"date": None, "columns": []}, {}, []
     if carry is not None:
         carried = {"date": carry["date"], "columns": empty}
@@ -254,9 +278,12 @@ def table(
         if any(row[column].get("reason", "").startswith(NO_MODEL_CLASS) for column in SUBJECTS)
     )
     moved = moves(rows, ablations)
-    if "ablations" in empty:  # but a codemod deleted since has nothing left to need
-        codemods = {codemod.NAME for codemod in ALL_CODEMODS}
-        moved["needs"] = {name: types for name, types in earlier["moves"]["needs"].items() if name in codemods}
+    if "ablations" in empty:
+        moved["needs"] = dict(sorted({**needs_held, **moved["needs"]}.items()))
+    ablation_dates = {
+        name: held_ablation(earlier, name, carry is not None) for name in needs_held if "ablations" in empty
+    }
+    ablation_dates.update({name: {"date": datetime.date.today().isoformat(), "harness": "this"} for name in ablations})
     return {
         "transformers": transformers.__version__,
         "torch": torch.__version__,
@@ -266,6 +293,7 @@ def table(
         "configurations": configurations,
         "ok": totals,
         "moves": moved,
+        "ablation_dates": dict(sorted(ablation_dates.items())),
         "since": since(baseline, rows),
         "carried": carried if carried["columns"] or carried.get("cells") else None,
         "kept": kept or None,
@@ -405,12 +433,18 @@ def markdown(data: dict, model_seconds: dict[str, float]) -> str:
                 else ""
             ),
         ]
+    dates = data.get("ablation_dates") or {}
     for codemod, names in moved["needs"].items():
+        measured = dates.get(codemod)
+        if measured is None:  # a table from before each codemod's ablation had its own date
+            note = f", measured with the harness of {carried['date']}" if "ablations" in carried["columns"] else ""
+        elif measured["harness"] == "earlier":
+            note = f", measured with the harness of {measured['date']}"
+        else:
+            note = f", measured {measured['date']}" if measured["date"] != data["date"] else ""
         lines.append(
             f"- verify only with the `{codemod}` rewrite ({len(names)}; the generated copy without it fails,"
-            f" `python tools/ablation.py {codemod}`"
-            + (f", measured with the harness of {carried['date']}" if "ablations" in carried["columns"] else "")
-            + f"): {', '.join(names) or 'none'}"
+            f" `python tools/ablation.py {codemod}`{note}): {', '.join(names) or 'none'}"
         )
     spent = ", ".join(
         f"{subject} (kept)" if subject in kept and not value else f"{subject} {value / 3600:.1f} h"
