@@ -16,7 +16,7 @@ import libcst.matchers as m
 from libcst.codemod import Codemod as LibcstCodemod
 
 from ._statement_codes import StatementCodes, lines_before_keyword
-from ._walks import holds
+from ._walks import holds, scoped_nodes
 
 # The context scratch key of a modular file's generated modeling sources (see `Codemod.expanded_class`)
 EXPANSIONS_KEY = "expansions"
@@ -167,6 +167,30 @@ EXPORTING = m.Call(
     func=m.Attribute(value=m.Attribute(value=m.Name("torch"), attr=m.Name("compiler")), attr=m.Name("is_exporting"))
 )
 _IMPORT_TORCH = m.SimpleStatementLine(body=[m.Import(names=[m.ImportAlias(name=m.Name("torch"), asname=None)])])
+
+
+def scoped_outside_export_twins(owner: cst.CSTNode, kinds: tuple[type, ...]) -> list:
+    """`scoped_nodes(owner, kinds)` (node, qualname, functions around it), but the eager arm of every export twin in
+    `owner` (`if torch.compiler.is_exporting(): ... else: <arm>`, a rewrite's: a second run leaves it alone), the
+    arm's block and its statements."""
+    found, arms = [], set()
+    for node, qualname, functions in scoped_nodes(owner, (cst.If, *kinds)):
+        kind = type(node)
+        if kind is cst.If and type(node.test) is cst.Call and m.matches(node.test, EXPORTING):
+            if isinstance(node.orelse, cst.Else):
+                arms.add(id(node.orelse.body))
+                arms.update(id(stmt) for stmt in node.orelse.body.body)
+        if kind in kinds:
+            found.append((node, qualname, functions))
+    return [entry for entry in found if id(entry[0]) not in arms]
+
+
+def shared_module_refusal(module: str | None) -> str | None:
+    """The refusal of a rewrite in a shared module (`transformers.` outside `models`), whose classes must stay
+    transformers' own; None in a model module or a file outside transformers."""
+    if module is not None and module.startswith("transformers.") and not module.startswith("transformers.models."):
+        return f"`{module}` is a shared module, whose classes must stay transformers' own"
+    return None
 
 
 def imports_torch(module: cst.Module) -> bool:

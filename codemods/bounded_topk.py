@@ -25,11 +25,19 @@ already uses the name `topk_size` otherwise, and shared modules (`transformers.`
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
-from .base import EXPORTING, Codemod, ModuleHelper, eager_arm, export_twin, formatted_block, imports_torch
+from .base import (
+    Codemod,
+    ModuleHelper,
+    eager_arm,
+    export_twin,
+    formatted_block,
+    imports_torch,
+    scoped_outside_export_twins,
+    shared_module_refusal,
+)
 from ._candidates import CandidateStatements
-from ._walks import candidates_in_statements, child_nodes, nodes_in, replace_in_statements, scoped_nodes
+from ._walks import candidates_in_statements, child_nodes, nodes_in, replace_in_statements
 
 BUILTIN_MIN = "builtins.min"
 TORCH_TOPK = "torch.topk"
@@ -139,20 +147,12 @@ def _candidates(owner: cst.BaseStatement):
     """(statement, its function, qualname, the assignment's parts) for each `K = min(A, X.shape[D])` statement of a
     function in `owner` whose K some call named `topk` in that function takes as an argument; statements in the
     eager arm of an export twin (a second run) are left out."""
-    found, twins = [], set()
-    for node, qualname, functions in scoped_nodes(owner, (cst.If, cst.SimpleStatementLine)):
-        if type(node) is cst.If:
-            if type(node.test) is cst.Call and m.matches(node.test, EXPORTING) and isinstance(node.orelse, cst.Else):
-                twins.update(id(stmt) for stmt in node.orelse.body.body)
-        elif functions:
-            parts = _min_assignment(node)
-            if parts is not None:
-                found.append((node, functions[-1], qualname, parts))
     candidates = []
-    for stmt, function, qualname, parts in found:
-        if id(stmt) in twins:
+    for stmt, qualname, functions in scoped_outside_export_twins(owner, (cst.SimpleStatementLine,)):
+        parts = _min_assignment(stmt) if functions else None
+        if parts is None:
             continue
-        target = parts[0]
+        function, target = functions[-1], parts[0]
         if any(_name_reads(arg.value, target) for call in nodes_in(function, _topk_named) for arg in call.args):
             candidates.append((stmt, function, qualname, parts))
     return candidates
@@ -193,9 +193,8 @@ class BoundedTopk(Codemod):
                 continue
             line = statements.line(stmt)
             reason = self._refusal(target, tensor, dim, function, stmt, qualified)
-            if reason is None and module is not None:
-                if module.startswith("transformers.") and not module.startswith("transformers.models."):
-                    reason = f"`{module}` is a shared module, whose classes must stay transformers' own"
+            if reason is None:
+                reason = shared_module_refusal(module)
             if reason is None:
                 if helper.clashes():
                     reason = f"the module already uses the name `{HELPER}`"

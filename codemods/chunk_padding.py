@@ -27,9 +27,9 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from .base import EXPORTING, Codemod, export_twin, imports_torch
+from .base import Codemod, export_twin, imports_torch, scoped_outside_export_twins
 from ._candidates import CandidateStatements
-from ._walks import candidates_in_statements, replace_in_statements, scoped_nodes
+from ._walks import candidates_in_statements, replace_in_statements
 
 PAD_TEMPLATE = """
 if torch.compiler.is_exporting():
@@ -112,13 +112,11 @@ def _candidates(owner: cst.BaseStatement) -> list[tuple[cst.BaseStatement, cst.F
     """(statement, innermost function, qualname) for each padding with a crop of its length in the same function,
     and each such crop (the `if P > 0:` around it when there is one), in `owner`; the eager arms of export twins (a
     second run) are left out."""
-    nodes, twins = [], set()
-    for node, qualname, functions in scoped_nodes(owner, (cst.If, cst.SimpleStatementLine)):
-        if type(node) is cst.If and m.matches(node.test, EXPORTING) and isinstance(node.orelse, cst.Else):
-            twins.update(id(stmt) for stmt in node.orelse.body.body)
-        if functions:
-            nodes.append((node, functions[-1], qualname))
-    nodes = [found for found in nodes if id(found[0]) not in twins]
+    nodes = [
+        (node, functions[-1], qualname)
+        for node, qualname, functions in scoped_outside_export_twins(owner, (cst.If, cst.SimpleStatementLine))
+        if functions
+    ]
     by_function: dict[int, list] = {}
     for found in nodes:
         by_function.setdefault(id(found[1]), []).append(found)

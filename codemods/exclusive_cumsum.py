@@ -22,9 +22,9 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from .base import EXPORTING, Codemod, export_twin, imports_torch
+from .base import Codemod, export_twin, imports_torch, scoped_outside_export_twins
 from ._candidates import CandidateStatements
-from ._walks import candidates_in_statements, holds, replace_in_statements, scoped_nodes
+from ._walks import candidates_in_statements, holds, replace_in_statements
 
 PAD = "torch.nn.functional.pad"
 # `X.cumsum(0)[:-1]`
@@ -65,14 +65,11 @@ def _is_candidate(node: cst.CSTNode) -> bool:
 def _candidates(owner: cst.BaseStatement) -> list[tuple[cst.SimpleStatementLine, cst.CSTNode, str]]:
     """Every statement in the top-level statement `owner` holding a candidate call, with its innermost function (or
     `owner`) and its qualname; statements in the eager arm of an export twin (a second run) are left out."""
-    statements, twins = [], set()
-    for node, qualname, functions in scoped_nodes(owner, (cst.If, cst.SimpleStatementLine)):
-        if type(node) is cst.If:
-            if type(node.test) is cst.Call and m.matches(node.test, EXPORTING) and isinstance(node.orelse, cst.Else):
-                twins.update(id(stmt) for stmt in node.orelse.body.body)
-        else:
-            statements.append((node, functions[-1] if functions else owner, qualname or "<module>"))
-    return [found for found in statements if id(found[0]) not in twins and holds(found[0], _is_candidate)]
+    return [
+        (node, functions[-1] if functions else owner, qualname or "<module>")
+        for node, qualname, functions in scoped_outside_export_twins(owner, (cst.SimpleStatementLine,))
+        if holds(node, _is_candidate)
+    ]
 
 
 class _Swap(cst.CSTTransformer):

@@ -22,9 +22,17 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from .base import EXPORTING, Codemod, eager_arm, export_twin, formatted_block, imports_torch
+from .base import (
+    Codemod,
+    eager_arm,
+    export_twin,
+    formatted_block,
+    imports_torch,
+    scoped_outside_export_twins,
+    shared_module_refusal,
+)
 from ._candidates import CandidateStatements
-from ._walks import candidates_in_statements, nodes_in, replace_in_statements, scoped_nodes
+from ._walks import candidates_in_statements, nodes_in, replace_in_statements
 
 EXPORT_TEMPLATE = """
 if torch.compiler.is_exporting():
@@ -54,16 +62,12 @@ def _contiguous(call: cst.Call) -> cst.Call:
 def _candidates(owner: cst.BaseStatement):
     """(statement, its function, qualname, its flips of unfolded windows) for each statement of a function in `owner`
     that holds one; statements in the eager arm of an export twin (a second run) are left out."""
-    found, twins = [], set()
-    for node, qualname, functions in scoped_nodes(owner, (cst.If, cst.SimpleStatementLine)):
-        if type(node) is cst.If:
-            if type(node.test) is cst.Call and m.matches(node.test, EXPORTING) and isinstance(node.orelse, cst.Else):
-                twins.update(id(stmt) for stmt in node.orelse.body.body)
-        elif functions:
-            flips = nodes_in(node, _flip_of_unfold)
-            if flips:
-                found.append((node, functions[-1], qualname, flips))
-    return [candidate for candidate in found if id(candidate[0]) not in twins]
+    found = []
+    for node, qualname, functions in scoped_outside_export_twins(owner, (cst.SimpleStatementLine,)):
+        flips = nodes_in(node, _flip_of_unfold) if functions else []
+        if flips:
+            found.append((node, functions[-1], qualname, flips))
+    return found
 
 
 class FlipUnfolded(Codemod):
@@ -88,19 +92,14 @@ class FlipUnfolded(Codemod):
             [function for _, function, _, _ in candidates],
             kinds=(cst.SimpleStatementLine,),
         )
-        module = self.context.full_module_name
-        shared = (
-            module is not None and module.startswith("transformers.") and not module.startswith("transformers.models.")
-        )
+        shared = shared_module_refusal(self.context.full_module_name)
         has_torch = imports_torch(tree)
         indent = len(tree.default_indent)
         replacements = {}
         for stmt, _, construct, flips in candidates:
             line, depth = statements.line(stmt), statements.column(stmt) // indent
-            reason = None
-            if shared:
-                reason = f"`{module}` is a shared module, whose classes must stay transformers' own"
-            elif not has_torch:
+            reason = shared
+            if reason is None and not has_torch:
                 reason = "the module does not `import torch`"
             if reason is not None:
                 self.report(line, "refused", construct, reason)

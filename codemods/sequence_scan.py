@@ -51,7 +51,14 @@ from collections import Counter
 import libcst as cst
 import libcst.matchers as m
 
-from .base import EXPORTING, Codemod, eager_arm, formatted_block, imports_torch
+from .base import (
+    Codemod,
+    eager_arm,
+    formatted_block,
+    imports_torch,
+    scoped_outside_export_twins,
+    shared_module_refusal,
+)
 from ._candidates import CandidateStatements
 from ._walks import (
     ReplaceNodes,
@@ -59,7 +66,6 @@ from ._walks import (
     child_nodes,
     name_values,
     replace_in_statements,
-    scoped_nodes,
 )
 
 STEP, STACKED, SUFFIX = "scan_step", "stacked_steps", "_at_step"
@@ -206,12 +212,9 @@ def _unpacked(names: list[str]) -> str:
 
 def _find(owner: cst.BaseStatement):
     """(the loop, its site) for each `L = []`, `for I in range(N):`, ... in a block of a function in `owner`."""
-    found, twins = [], set()
-    for node, _, _ in scoped_nodes(owner, (cst.If,)):
-        if type(node.test) is cst.Call and m.matches(node.test, EXPORTING) and isinstance(node.orelse, cst.Else):
-            twins.add(id(node.orelse.body))  # the eager arm of a rewrite (a second run)
-    for block, qualname, functions in scoped_nodes(owner, (cst.IndentedBlock,)):
-        if not functions or id(block) in twins:
+    found = []
+    for block, qualname, functions in scoped_outside_export_twins(owner, (cst.IndentedBlock,)):
+        if not functions:
             continue
         body = block.body
         for start in range(len(body) - 2):
@@ -249,10 +252,7 @@ class SequenceScan(Codemod):
         statements = CandidateStatements(
             self, tree, [owners[loop] for loop, _ in candidates], [site.function for _, site in candidates]
         )
-        module = self.context.full_module_name
-        shared = (
-            module is not None and module.startswith("transformers.") and not module.startswith("transformers.models.")
-        )
+        shared = shared_module_refusal(self.context.full_module_name)
         has_torch = imports_torch(tree)
         indent = len(tree.default_indent)
         blocks: dict[cst.IndentedBlock, list] = {}
@@ -261,8 +261,8 @@ class SequenceScan(Codemod):
             plan, reason = site.plan()
             if not plan and reason is None:
                 continue
-            if reason is None and shared:
-                reason = f"`{module}` is a shared module, whose classes must stay transformers' own"
+            if reason is None and shared is not None:
+                reason = shared
             elif reason is None and not has_torch:
                 reason = "the module does not `import torch`"
             if reason is not None:

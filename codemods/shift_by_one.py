@@ -33,11 +33,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import libcst as cst
-import libcst.matchers as m
 
-from .base import EXPORTING, Codemod, eager_arm, export_twin, formatted_block, imports_torch
+from .base import (
+    Codemod,
+    eager_arm,
+    export_twin,
+    formatted_block,
+    imports_torch,
+    scoped_outside_export_twins,
+    shared_module_refusal,
+)
 from ._candidates import CandidateStatements
-from ._walks import candidates_in_statements, nodes_in, replace_in_statements, scoped_nodes
+from ._walks import candidates_in_statements, nodes_in, replace_in_statements
 
 CONCATENATIONS = frozenset({"torch.cat", "torch.concat", "torch.concatenate"})
 PAD = "torch.nn.functional.pad"
@@ -172,16 +179,14 @@ def _candidates(owner: cst.BaseStatement):
     """(statement, its function, qualname, its shifts) for each statement of a function in `owner` that holds a call
     named like a concatenation or a padding that shifts by one; statements in the eager arm of an export twin (a
     second run) are left out."""
-    found, twins = [], set()
-    for node, qualname, functions in scoped_nodes(owner, (cst.If, cst.SimpleStatementLine)):
-        if type(node) is cst.If:
-            if type(node.test) is cst.Call and m.matches(node.test, EXPORTING) and isinstance(node.orelse, cst.Else):
-                twins.update(id(stmt) for stmt in node.orelse.body.body)
-        elif functions:
-            shifts = [shift for shift in map(_shift_of, nodes_in(node, _named_call)) if shift is not None]
-            if shifts:
-                found.append((node, functions[-1], qualname, shifts))
-    return [candidate for candidate in found if id(candidate[0]) not in twins]
+    found = []
+    for node, qualname, functions in scoped_outside_export_twins(owner, (cst.SimpleStatementLine,)):
+        shifts = (
+            [shift for shift in map(_shift_of, nodes_in(node, _named_call)) if shift is not None] if functions else []
+        )
+        if shifts:
+            found.append((node, functions[-1], qualname, shifts))
+    return found
 
 
 class ShiftByOne(Codemod):
@@ -207,10 +212,7 @@ class ShiftByOne(Codemod):
             [function for _, function, _, _ in candidates],
             kinds=(cst.SimpleStatementLine,),
         )
-        module = self.context.full_module_name
-        shared = (
-            module is not None and module.startswith("transformers.") and not module.startswith("transformers.models.")
-        )
+        shared = shared_module_refusal(self.context.full_module_name)
         has_torch = imports_torch(tree)
         indent = len(tree.default_indent)
         replacements = {}
@@ -219,12 +221,10 @@ class ShiftByOne(Codemod):
             if not shifts:
                 continue
             line, depth = statements.line(stmt), statements.column(stmt) // indent
-            reason = None
-            if shared:
-                reason = f"`{module}` is a shared module, whose classes must stay transformers' own"
-            elif any(type(shift.tensor) is not cst.Name for shift in shifts):
+            reason = shared
+            if reason is None and any(type(shift.tensor) is not cst.Name for shift in shifts):
                 reason = "the shifted tensor is not a name: its size check would evaluate it a second time"
-            elif not has_torch:
+            elif reason is None and not has_torch:
                 reason = "the module does not `import torch`"
             if reason is not None:
                 self.report(line, "refused", construct, reason)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from .base import EXPORTING, Codemod, ModuleHelper, export_twin, imports_torch
+from .base import EXPORTING, Codemod, ModuleHelper, export_twin, imports_torch, shared_module_refusal
 from ._candidates import CandidateStatements
 from ._walks import candidates_in_statements, holds, replace_in_statements, scoped_nodes
 
@@ -130,12 +130,8 @@ class TakeAlongDimGather(Codemod):
             reason = None
             assign = m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Call())])
             arguments = _arguments(stmt.body[0].value) if m.matches(stmt, assign) else None
-            if (
-                module is not None
-                and module.startswith("transformers.")
-                and not module.startswith("transformers.models.")
-            ):
-                reason = f"`{module}` is a shared module, whose classes must stay transformers' own"
+            if (shared := shared_module_refusal(module)) is not None:
+                reason = shared
             elif not m.matches(stmt, assign) or stmt.body[0].value is not calls[0] or len(calls) != 1:
                 reason = "the call is not the whole value of a `Y = torch.take_along_dim(X, I, dim=D)` statement"
             elif arguments is None:
