@@ -174,7 +174,7 @@ def check_export(model_type: str, subject: str, package: str, path: str | None =
         "details": {
             key: value
             for key, value in result.record().items()
-            if key in ("location", "guard", "eager_identical", "cases", "greedy")
+            if key in ("location", "guard", "eager_identical", "cases", "greedy", "outside_range")
         },
     }
 
