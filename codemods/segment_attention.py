@@ -110,9 +110,9 @@ def block_diagonal_mask(cu_seqlens: torch.Tensor, query: torch.Tensor) -> torch.
 '''
 
 OTHER_FORM = (
-    "the pieces split at `.tolist()` sizes are not attended as one list of "
-    "`F(..., attention_mask=None, is_causal=False)[0]` concatenated on the sequence axis (per-piece weights kept, a "
-    "mask passed, causality left to the module, or another layout)"
+    "the pieces split at `.tolist()` sizes are not attended by `F(..., attention_mask=None, is_causal=False)`, its "
+    "outputs taken as `[0]` or appended with their weights in a loop, and concatenated on the sequence axis (a mask "
+    "passed, causality left to the module, weights laid out otherwise, or another layout)"
 )
 
 # `L = C[1:] - C[:-1]`

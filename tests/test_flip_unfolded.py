@@ -7,13 +7,17 @@ flip of the overlapping windows guards the length to be at least the window)."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from unittest import mock
 
+import libcst as cst
 import pytest
 import torch
 from torch.export import Dim
 
+from codemods.base import EXPORTING
 from codemods.flip_unfolded import FlipUnfolded
+from exportsmith.discover import find_transformers
 from exportsmith.pipeline import run_codemods
 from source_modules import model_pair, module_from_source
 
@@ -72,3 +76,52 @@ def test_one_program_over_a_range_from_one_token_matches_the_original():
     for length in LENGTHS:
         with torch.no_grad():
             assert torch.equal(program(_states(length)), original(_states(length))), length
+
+
+def _sites(source: str) -> list[cst.If]:
+    """The export twins flip-unfolded wrote into `source` (their comment says so)."""
+    return [
+        node
+        for node in cst.matchers.findall(cst.parse_module(source), cst.matchers.If(test=EXPORTING))
+        if "flipped as a contiguous copy" in cst.Module([]).code_for_node(node)
+    ]
+
+
+def test_every_site_generate_rewrites_gives_the_same_windows_on_both_arms():
+    """Each statement flip-unfolded rewrites in the installed transformers, run as both arms (Inkling2's windows of
+    states and of sequence ids) at lengths from 1, against the statement as written: bit-identical."""
+    tf = find_transformers()
+    paths = [
+        path
+        for folder in sorted((tf.root / "models").iterdir())
+        for path in sorted(folder.glob("modeling_*.py")) + sorted(folder.glob("modular_*.py"))
+        if ".unfold(" in (text := path.read_text(encoding="utf-8")) and ".flip(" in text
+    ]
+    exercised = 0
+    for path in paths:
+        change = run_codemods(
+            path.read_text(encoding="utf-8"), path.name, tf.module_name(path), codemods=(FlipUnfolded,)
+        )
+        sites = _sites(change.rewritten)
+        assert len(sites) == sum(f.kind == "rewritten" for f in change.findings), path
+        code = cst.Module([]).code_for_node
+        for site in sites:
+            (exported,), (eager,) = site.body.body, site.orelse.body.body
+            assert code(eager).strip() in change.original  # the eager arm is the statement as written
+            target = eager.body[0].targets[0].target.value
+            for length in (1, 2, 3, 7):
+                generator = torch.Generator().manual_seed(length)
+                names = {
+                    "torch": torch,
+                    "self": SimpleNamespace(conv_kernel_size=4),
+                    "context": torch.randn(2, 6, length + 3, generator=generator),
+                    "context_seq_idx": torch.randint(0, 3, (2, length + 3), generator=generator),
+                }
+                values = []
+                for statement in (eager, exported):
+                    namespace = dict(names)
+                    exec(compile(code(statement), str(path), "exec"), namespace)
+                    values.append(namespace[target])
+                assert torch.equal(*values), (path, length)
+            exercised += 1
+    assert exercised >= 4  # inkling2 and inkling2_loop, modeling and modular: the windows and the ids

@@ -162,9 +162,12 @@ def test_refusals_are_reported_with_their_reasons():
         "lengths_read_after",
         "names_taken",
         "causality_of_the_module",
+        "loop_weight_read_after",
     }
     for construct in ("weights_kept", "mask_passed", "causality_of_the_module"):
         assert "is_causal=False" in reasons[construct]
+    # the loop form, refused where its last piece's weight is read after it (under export: the whole sequence's)
+    assert reasons["loop_weight_read_after"] == "the function reads `weight` outside the split attention"
     assert reasons["lengths_read_after"] == "the function reads `lengths` outside the split attention"
     assert reasons["names_taken"] == "the function already uses `segment_mask`"
     change = _change("refuse_no_torch_import")

@@ -6,14 +6,17 @@ exported with `Dim("tokens", min=1)` matches them at every length of it, where t
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from unittest import mock
 
+import libcst as cst
 import pytest
 import torch
 from torch.export import Dim
 
 from codemods.sequence_scan import SequenceScan
+from exportsmith.discover import find_transformers
 from exportsmith.pipeline import run_codemods
 from source_modules import module_from_source
 
@@ -39,6 +42,9 @@ def test_findings_name_each_rewrite_and_each_refusal_with_its_reason():
         "step_output_read_after": "the function reads `doubled` outside the loop",
         "stacked_in_the_return": "the list is not stacked by `Y = torch.stack(L, dim=D)` right after the loop",
         "a_branch_in_the_body": "the body is not assignments to names, then the append of the step's output",
+        "a_loop_else": "the loop has an `else`",
+        "indexed_along_two_dims": "`x` is indexed by `index` along two dims",
+        "names_taken": "the function already uses `scan_step`",
     }
     # a loop that carries no state is no recurrence: not a candidate, no finding
     assert not {"no_state", "concatenated"} & {f.construct for f in change.findings}
@@ -100,3 +106,59 @@ def test_one_program_over_a_range_from_one_token_matches_the_loop():
         for size in (1, 3):
             inputs = _inputs(length, size)
             assert _same(program.module()(*inputs), original.selective_scan(*inputs)), (length, size)
+
+
+def _selective_scan_inputs(length: int, batch: int = 2) -> dict:
+    """Inputs of transformers' `mamba_selective_scan` (the reference path): states `[batch, channels, length]`, B and C
+    `[batch, state, length]`, with the skip, gate, bias and softplus every caller passes."""
+    generator = torch.Generator().manual_seed(length)
+    channels, state = 4, 3
+    return {
+        "hidden_states": torch.randn(batch, channels, length, generator=generator),
+        "dt": torch.randn(batch, channels, length, generator=generator),
+        "A": -torch.rand(channels, state, generator=generator),
+        "B": torch.randn(batch, state, length, generator=generator),
+        "C": torch.randn(batch, state, length, generator=generator),
+        "D": torch.randn(channels, generator=generator),
+        "z": torch.randn(batch, channels, length, generator=generator),
+        "delta_bias": torch.randn(channels, generator=generator),
+        "delta_softplus": True,
+        "return_last_state": True,
+    }
+
+
+def test_every_site_generate_rewrites_is_bit_identical_on_both_arms():
+    """Each function sequence-scan rewrites in the installed transformers' modeling files, compiled in its own
+    module's namespace, against the module's own function: the same outputs and final state, in eager and under the
+    export arm, at lengths from 1."""
+    tf = find_transformers()
+    paths = [
+        path
+        for folder in sorted((tf.root / "models").iterdir())
+        for path in sorted(folder.glob("modeling_*.py"))
+        if "torch.stack(" in (text := path.read_text(encoding="utf-8")) and " in range(" in text
+    ]
+    rewritten = 0
+    for path in paths:
+        change = run_codemods(
+            path.read_text(encoding="utf-8"), path.name, tf.module_name(path), codemods=(SequenceScan,)
+        )
+        constructs = {f.construct for f in change.findings if f.kind == "rewritten"}
+        if not constructs:
+            continue
+        assert constructs == {"mamba_selective_scan"}, path  # the inputs below are that function's
+        module = importlib.import_module(tf.module_name(path))
+        namespace = dict(vars(module))
+        tree = cst.parse_module(change.rewritten)
+        (function,) = [
+            stmt for stmt in tree.body if isinstance(stmt, cst.FunctionDef) and stmt.name.value in constructs
+        ]
+        exec(compile(tree.code_for_node(function), str(path), "exec"), namespace)
+        original, copy = getattr(module, "mamba_selective_scan"), namespace["mamba_selective_scan"]
+        for length in LENGTHS:
+            expected = original(**_selective_scan_inputs(length))
+            assert _same(copy(**_selective_scan_inputs(length)), expected), (path, length)
+            with mock.patch("torch.compiler.is_exporting", return_value=True):
+                assert _same(copy(**_selective_scan_inputs(length)), expected), (path, length)
+        rewritten += 1
+    assert rewritten >= 4  # mamba, falcon_mamba, jamba, zamba
