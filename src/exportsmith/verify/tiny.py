@@ -407,6 +407,16 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     # heads / kv heads: multi-head only.
     "granite_speech5_encoder": {"num_key_value_heads": NUM_HEADS},
     "granite_speech5_ctc": {"encoder_config.num_key_value_heads": NUM_HEADS},
+    # Nemotron 3.5's audio attention projects the values for every head and views the keys with the heads' count:
+    # multi-head only (every released configuration has as many key-value heads as heads).
+    "nemotron3_5_transcribe_audio": {
+        "asr_config.num_key_value_heads": NUM_HEADS,
+        "diarization_config.audio_config.num_key_value_heads": NUM_HEADS,
+    },
+    "nemotron3_5_transcribe_asr_audio": {"num_key_value_heads": NUM_HEADS},
+    "nemotron3_5_transcribe_word_timestamp": {"num_key_value_heads": NUM_HEADS},
+    "nemotron3_diarization": {"audio_config.num_key_value_heads": NUM_HEADS},
+    "nemotron3_diarization_audio": {"num_key_value_heads": NUM_HEADS},
     # xLSTM's cache sizes its matrix memory with the full head width for queries/keys: the defaults' half-width
     # keys (qk_dim_factor 0.5) fail the recurrent step's shape check.
     "xlstm": {"qk_dim_factor": 1.0},
