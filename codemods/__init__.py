@@ -5,6 +5,7 @@ from .bounded_topk import BoundedTopk
 from .cache_export import CacheExportCounters
 from .cache_pytree import CachePytreeRegistration
 from .chunk_padding import ChunkPadding
+from .conv_padding_ints import ConvPaddingInts
 from .cond_branches import CondBranches
 from .exclusive_cumsum import ExclusiveCumsum
 from .fp16_clamp import Fp16Clamp
@@ -25,6 +26,7 @@ ALL_CODEMODS: tuple[type[Codemod], ...] = (
     CachePytreeRegistration,
     SlidingWindowCache,
     PadToMinLength,
+    ConvPaddingInts,
     ChunkPadding,
     TensorLen,
     TakeAlongDimGather,
