@@ -4,6 +4,7 @@ from .base import Codemod, Finding
 from .bounded_topk import BoundedTopk
 from .cache_export import CacheExportCounters
 from .cache_pytree import CachePytreeRegistration
+from .cdist_mode import CdistMode
 from .chunk_padding import ChunkPadding
 from .conv_padding_ints import ConvPaddingInts
 from .cond_branches import CondBranches
@@ -42,6 +43,7 @@ ALL_CODEMODS: tuple[type[Codemod], ...] = (
     ShiftByOne,
     FlipUnfolded,
     SequenceScan,
+    CdistMode,
 )
 
 

@@ -407,6 +407,9 @@ MODEL_OVERRIDES: dict[str, dict[str, object]] = {
     # heads / kv heads: multi-head only.
     "granite_speech5_encoder": {"num_key_value_heads": NUM_HEADS},
     "granite_speech5_ctc": {"encoder_config.num_key_value_heads": NUM_HEADS},
+    # RecurrentGemma's recurrent block keeps its conv state with `hidden_size` channels and feeds it `lru_width` ones:
+    # equal in every released configuration (2560 and 2560).
+    "recurrent_gemma": {"lru_width": HIDDEN_SIZE},
     # Nemotron 3.5's audio attention projects the values for every head and views the keys with the heads' count:
     # multi-head only (every released configuration has as many key-value heads as heads).
     "nemotron3_5_transcribe_audio": {
