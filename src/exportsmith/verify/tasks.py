@@ -49,6 +49,19 @@ AUDIO_SAMPLES = 3200  # 0.2 s at 16 kHz: longer than every conv feature extracto
 AUDIO_FRAMES = 64  # feature frames where the config does not fix their number
 
 
+def audio_samples(shape: InputShape) -> int:
+    """The samples of a model's own audio input at `shape`: AUDIO_SAMPLES at the example, in proportion to the text
+    length otherwise (2000 and 4400 at the other forward shapes), as a codec decoder's frames are its text length.
+    A user's audio has any length: the cases vary it, so the programs declare it dynamic."""
+    return AUDIO_SAMPLES * shape.text_length // EXAMPLE.text_length
+
+
+def audio_frames(shape: InputShape) -> int:
+    """The feature frames of a model's own audio input at `shape` where the config does not fix them: AUDIO_FRAMES at
+    the example, in proportion to the text length otherwise (see `audio_samples`)."""
+    return AUDIO_FRAMES * shape.text_length // EXAMPLE.text_length
+
+
 PRIORITY_MAPPINGS = (
     ("causal-lm", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),
     ("seq2seq-lm", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"),
@@ -247,7 +260,7 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         inputs[main] = torch.randn((shape.batch, width, shape.text_length), generator=generator)
     elif codec_part(model, main) == "encoder":  # raw audio under another name: (batch, channels, samples)
         channels = first_int(config, ("channels", "audio_channels"), 1)
-        inputs[main] = torch.randn((shape.batch, channels, AUDIO_SAMPLES), generator=generator)
+        inputs[main] = torch.randn((shape.batch, channels, audio_samples(shape)), generator=generator)
     elif main == "image" or (main == "hidden_states" and model.main_input_name == "pixel_values"):
         # pixels under another name: BridgeTower's vision tower's `image`, Florence 2's backbone's `hidden_states`
         channels, height, width = image_size(config)
@@ -266,8 +279,8 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         inputs.update(trajectory_inputs(config, shape, generator))
     elif main == "audio_mel":  # Gemma 3n's audio encoder: (batch, frames, mel bins) and which frames are padding
         bins = first_int(config, ("input_feat_size",), 128)
-        inputs[main] = torch.randn((shape.batch, AUDIO_FRAMES, bins), generator=generator)
-        inputs["audio_mel_mask"] = torch.zeros((shape.batch, AUDIO_FRAMES), dtype=torch.bool)
+        inputs[main] = torch.randn((shape.batch, audio_frames(shape), bins), generator=generator)
+        inputs["audio_mel_mask"] = torch.zeros((shape.batch, audio_frames(shape)), dtype=torch.bool)
     elif main == "flattened_patches":  # Pix2Struct: each patch's (row, column) from 1, then its pixels
         inputs.update(numbered_patches(sub_config(config, "vision_config"), shape, generator))
     elif main in EMBEDDING_INPUTS:  # a stack that takes embeddings (or stacked audio features)
@@ -275,7 +288,7 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         inputs[main] = torch.randn((shape.batch, shape.text_length, width), generator=generator)
     elif main == "mel_spectrogram":  # a vocoder over (batch, mel bins, frames)
         bins = first_int(config, ("mel_dim", "num_mel_bins"), 80)
-        inputs[main] = torch.randn((shape.batch, bins, AUDIO_FRAMES), generator=generator)
+        inputs[main] = torch.randn((shape.batch, bins, audio_frames(shape)), generator=generator)
     elif main == "past_values":  # a time series forecaster
         inputs.update(time_series_inputs(config, parameters, shape, generator))
     elif "shared_kv_states" in parameters and hasattr(config, "backbone_hidden_size"):
@@ -293,7 +306,7 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         inputs.update(video_session_inputs(model, config, shape, generator))
     elif main == "spectrogram":  # a vocoder
         bins = first_int(config, ("model_in_dim", "num_mel_bins"), 80)
-        inputs[main] = torch.randn((shape.batch, AUDIO_FRAMES, bins), generator=generator)
+        inputs[main] = torch.randn((shape.batch, audio_frames(shape), bins), generator=generator)
     elif wants_images:
         inputs.update(image_inputs(model, config, parameters, shape, generator))
     if "image_token_pooling" in parameters and "pixel_values" in inputs:
@@ -319,8 +332,8 @@ def dummy_inputs(model: torch.nn.Module, audio_layout: int = 0, shape: InputShap
         # samples) and the semantic encoder's features of the same audio, (batch, frames, bins) at its 50 Hz
         semantic = sub_config(config, "semantic_model_config")
         bins = first_int(semantic, FEATURE_BINS, 80)
-        inputs["input_values"] = torch.randn((shape.batch, 1, AUDIO_SAMPLES), generator=generator)
-        frames = AUDIO_SAMPLES // 320
+        frames = audio_samples(shape) // 320
+        inputs["input_values"] = torch.randn((shape.batch, 1, frames * 320), generator=generator)
         inputs["input_features"] = torch.randn((shape.batch, frames, bins), generator=generator)
         inputs.pop("padding_mask", None)  # optional; all real
         if "input_features_mask" in inputs:
@@ -873,6 +886,10 @@ def audio_inputs(
         if main in ("input_features", "input_values")
         else next(name for name in ("input_features", "input_values") if name in parameters)
     )
+    # the model's own audio varies with the case (`audio_samples`); an LM's audio beside its text, whose placeholder
+    # tokens count its frames, stays at the example's length
+    own = main in ("input_features", "input_values")
+    samples, feature_frames = (audio_samples(shape), audio_frames(shape)) if own else (AUDIO_SAMPLES, AUDIO_FRAMES)
     spectrogram_frames = first_int(audio, ("max_length",), None) if hasattr(audio, "num_mel_bins") else None
     if name == "input_values" and spectrogram_frames:  # a spectrogram classifier (AST): (batch, frames, mel bins)
         frames = spectrogram_frames
@@ -880,7 +897,7 @@ def audio_inputs(
     elif name == "input_values":
         # an encoder that cuts raw audio into tokens of a fixed number of samples takes whole tokens
         per_token = first_int(audio, ("samples_per_token",), 1)
-        frames = -(-AUDIO_SAMPLES // per_token) * per_token
+        frames = -(-samples // per_token) * per_token
         size = (batch, frames) if layout == 0 else (batch, 1, frames)
     else:
         # features per frame: the bins, times the channels or the frames stacked into one (low frame rate encoders)
@@ -890,7 +907,7 @@ def audio_inputs(
         # whisper-like encoders take (batch, bins, frames), frames fixed at twice their positions
         channels_first = positions is not None and hasattr(audio, "num_mel_bins")
         window = 2 * first_int(audio, ("n_window",), AUDIO_FRAMES // 2)  # chunked encoders take whole chunks
-        frames = 2 * positions if channels_first else max(window, AUDIO_FRAMES // window * window)
+        frames = 2 * positions if channels_first else max(window, feature_frames // window * window)
         size = (batch, bins, frames) if channels_first == (layout == 0) else (batch, frames, bins)
         if "feature_lens" in parameters:  # Qwen-Omni's audio tower: every sample's frames packed, and their counts
             size = (bins, batch * frames)
