@@ -790,3 +790,36 @@ def test_the_named_inputs_wrapper_is_in_the_models_mode():
     wrapper = with_named_inputs(model, {"x": torch.zeros(1), "use_cache": True})
     assert wrapper is not model and wrapper.model is model
     assert not wrapper.training and not model.training
+
+
+@pytest.mark.parametrize(("model_type", "name", "axis"), [("wav2vec2", "input_values", 1), ("whisper", None, None)])
+def test_a_models_own_audio_varies_with_the_case_and_its_programs_declare_it_dynamic(model_type, name, axis):
+    """Users' audio has any length: raw audio takes 2000, 3200 and 4400 samples at the forward shapes and its dim is
+    declared in every style; Whisper's features stay at the 3000 frames (here twice its positions) it requires."""
+    from exportsmith.verify.check import build_original, programs_for, varying_dims
+
+    original, _ = build_original(model_type, None)
+    (forward,) = [program for program in programs_for(original) if program.name == "forward"]
+    if name is None:
+        lengths = {case.inputs()["input_features"].shape[-1] for case in forward.cases}
+        assert len(lengths) == 1
+        return
+    lengths = [case.inputs()[name].shape[axis] for case in forward.cases]
+    assert lengths == [3200, 2000, 4400]
+    assert varying_dims(forward)[name] == {0: torch.export.Dim.DYNAMIC, axis: torch.export.Dim.DYNAMIC}
+    assert varying_dims(forward, "auto")[name][axis] is torch.export.Dim.AUTO
+
+
+def test_an_audio_lms_audio_beside_its_text_keeps_the_examples_length():
+    """Audio beside text (an LM's, counted by its placeholder tokens) is not the case's to vary; a model's own is."""
+    from exportsmith.verify.tasks import EXAMPLE, InputShape, audio_inputs
+
+    config = tiny_config("parakeet_encoder")
+    shapes = (EXAMPLE, InputShape(batch=EXAMPLE.batch, text_length=5))
+
+    def sizes(main: str) -> set:
+        inputs = (audio_inputs(config, {"input_features"}, main, 0, shape, torch.Generator()) for shape in shapes)
+        return {features["input_features"].shape for features in inputs}
+
+    assert len(sizes("input_ids")) == 1
+    assert len(sizes("input_features")) == 2

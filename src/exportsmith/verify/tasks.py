@@ -906,7 +906,7 @@ def audio_inputs(
         positions = first_int(audio, ("max_source_positions",), None)
         # whisper-like encoders take (batch, bins, frames), frames fixed at twice their positions
         channels_first = positions is not None and hasattr(audio, "num_mel_bins")
-        window = 2 * first_int(audio, ("n_window",), AUDIO_FRAMES // 2)  # chunked encoders take whole chunks
+        window = 2 * first_int(audio, ("n_window",), 0) or 1  # chunked encoders take whole chunks
         frames = 2 * positions if channels_first else max(window, feature_frames // window * window)
         size = (batch, bins, frames) if channels_first == (layout == 0) else (batch, frames, bins)
         if "feature_lens" in parameters:  # Qwen-Omni's audio tower: every sample's frames packed, and their counts
