@@ -794,7 +794,7 @@ def test_the_named_inputs_wrapper_is_in_the_models_mode():
 
 @pytest.mark.parametrize(("model_type", "name", "axis"), [("wav2vec2", "input_values", 1), ("whisper", None, None)])
 def test_a_models_own_audio_varies_with_the_case_and_its_programs_declare_it_dynamic(model_type, name, axis):
-    """Users' audio has any length: raw audio takes 2000, 3200 and 4400 samples at the forward shapes and its dim is
+    """Users' audio has any length: raw audio takes 4400, 3200 and 5600 samples at the forward shapes and its dim is
     declared in every style; Whisper's features stay at the 3000 frames (here twice its positions) it requires."""
     from exportsmith.verify.check import build_original, programs_for, varying_dims
 
@@ -805,7 +805,7 @@ def test_a_models_own_audio_varies_with_the_case_and_its_programs_declare_it_dyn
         assert len(lengths) == 1
         return
     lengths = [case.inputs()[name].shape[axis] for case in forward.cases]
-    assert lengths == [3200, 2000, 4400]
+    assert lengths == [4400, 3200, 5600]
     assert varying_dims(forward)[name] == {0: torch.export.Dim.DYNAMIC, axis: torch.export.Dim.DYNAMIC}
     assert varying_dims(forward, "auto")[name][axis] is torch.export.Dim.AUTO
 

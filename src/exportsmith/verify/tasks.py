@@ -50,16 +50,17 @@ AUDIO_FRAMES = 64  # feature frames where the config does not fix their number
 
 
 def audio_samples(shape: InputShape) -> int:
-    """The samples of a model's own audio input at `shape`: AUDIO_SAMPLES at the example, in proportion to the text
-    length otherwise (2000 and 4400 at the other forward shapes), as a codec decoder's frames are its text length.
-    A user's audio has any length: the cases vary it, so the programs declare it dynamic."""
-    return AUDIO_SAMPLES * shape.text_length // EXAMPLE.text_length
+    """The samples of a model's own audio input at `shape`. A user's audio has any length, so the forward cases vary
+    it with their text length (as a codec decoder's frames are its text length): AUDIO_SAMPLES at the shortest (text
+    5), 4400 at the example (8), 5600 at the longest (11), the example between the others so that a guard on either
+    side of it shows; less at the optional cases of 1 and 2 tokens (1600, 2000)."""
+    return AUDIO_SAMPLES * (shape.text_length + 3) // 8
 
 
 def audio_frames(shape: InputShape) -> int:
-    """The feature frames of a model's own audio input at `shape` where the config does not fix them: AUDIO_FRAMES at
-    the example, in proportion to the text length otherwise (see `audio_samples`)."""
-    return AUDIO_FRAMES * shape.text_length // EXAMPLE.text_length
+    """The feature frames of a model's own audio input at `shape` where the config does not fix them, likewise:
+    AUDIO_FRAMES at the shortest forward case, 88 at the example, 112 at the longest."""
+    return AUDIO_FRAMES * (shape.text_length + 3) // 8
 
 
 PRIORITY_MAPPINGS = (
@@ -901,7 +902,11 @@ def audio_inputs(
         size = (batch, frames) if layout == 0 else (batch, 1, frames)
     else:
         # features per frame: the bins, times the channels or the frames stacked into one (low frame rate encoders)
-        bins = first_int(audio, FEATURE_BINS, 80) * first_int(audio, ("input_channels", "num_stacked_frames"), 1)
+        # Gemma 4's audio tower names no bins: its first conv's channels are their count (it projects channels/4 x
+        # the second's); with as many frames as bins (64 and 64) the harness once fed it either way round
+        conv_channels = getattr(audio, "subsampling_conv_channels", None) or (80,)
+        bins = first_int(audio, FEATURE_BINS, None) or conv_channels[0]
+        bins *= first_int(audio, ("input_channels", "num_stacked_frames"), 1)
         bins *= FEATURES_PER_BIN.get(audio.model_type, 1)
         positions = first_int(audio, ("max_source_positions",), None)
         # whisper-like encoders take (batch, bins, frames), frames fixed at twice their positions
