@@ -27,7 +27,6 @@ ALL_CODEMODS: tuple[type[Codemod], ...] = (
     CachePytreeRegistration,
     SlidingWindowCache,
     PadToMinLength,
-    ConvPaddingInts,
     ChunkPadding,
     TensorLen,
     TakeAlongDimGather,
@@ -43,6 +42,7 @@ ALL_CODEMODS: tuple[type[Codemod], ...] = (
     ShiftByOne,
     FlipUnfolded,
     SequenceScan,
+    ConvPaddingInts,
     CdistMode,
 )
 
