@@ -52,6 +52,10 @@ ALL_CODEMODS: tuple[type[Codemod], ...] = (
 NOT_UPSTREAM = {
     CondBranches: "on 5.24 it rewrites one check of labels in wav2vec2's loss, which no inference export traces; no "
     "model type fails without it (COVERAGE's ablation flips none)",
+    CdistMode: "on the harness's audio Mimi's tiny quantizer measures at most 9 rows against its codebook, where torch's "
+    "first test (25 rows or fewer) holds over the whole range, so no model type fails without it; outside the harness "
+    "it does (a mimi program exported at the harness's example refuses 30 frames at batch 1: `Guard failed: batch * "
+    "frames <= 25`), which a PR would have to show with audio the harness does not give",
     ExclusiveCumsum: "it rewrites the path of get_vision_interpolation_indices_and_weights that runs without "
     "num_patches; every Qwen3-VL-family tower passes the count (vision-grid-loops), and the two embedders that do not "
     "(inkling2, paddleocr_vl) fail for other reasons: no model type fails without it",

@@ -51,6 +51,8 @@ REPRESENTATIVES = {
     "shift-by-one": ["zaya"],  # a decoder LM: its test declares named new tokens, which a forward's cannot
     "flip-unfolded": ["inkling2_text"],  # its short convolution's windows, in every decode step
     "sequence-scan": ["zamba"],  # the Mamba layers' reference scan: the one of their copies that verifies with it
+    "conv-padding-ints": ["mimi_encoder"],  # Mimi's convs without its quantizer (whose cdist needs cdist-mode)
+    "cdist-mode": ["mimi"],  # its quantizer's codebook
 }
 # Codemods whose paths only half precision takes: their test runs the model in float16
 HALF_PRECISION = {"fp16-clamp"}

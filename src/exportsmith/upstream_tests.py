@@ -24,7 +24,7 @@ from __future__ import annotations
 import black
 import torch
 
-from .verify.check import build_original, forward_program, programs_for
+from .verify.check import audio_layout, build_original, forward_program, programs_for
 from .verify.inputs import cache_keyword
 from .verify.tasks import vocab
 
@@ -267,7 +267,7 @@ def export_test(
     elif named_tokens or prefill:
         raise NoTest("named new tokens and a prefill are written for a decoder LM only")
     else:
-        program = forward_program(original, 0)
+        program = forward_program(original, audio_layout(original))
         cases = [case.inputs() for case in program.cases if not case.optional]
         fields.update(
             test_name="forward_exports_and_matches_eager_at_other_shapes",
