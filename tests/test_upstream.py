@@ -477,3 +477,13 @@ def test_the_vision_grid_loops_pr_text_names_the_api_it_adds():
 
     text = pr_description("vision-grid-loops", [], {}, TF.version, [])
     assert "optional `num_patches`" in text and "default None, ignored in eager" in text
+
+
+def test_an_audio_models_pr_test_gives_its_audio_in_the_layout_it_runs_at():
+    """Mimi takes raw audio as (batch, 1, samples): its PR test's inputs have that layout (they had (batch, samples),
+    which its encoder cannot unpack), at the harness's three lengths."""
+    from exportsmith.upstream_tests import export_test
+
+    _, text = export_test("mimi_encoder", "conv-padding-ints")
+    for size in ("(2, 1, 4400)", "(1, 1, 3200)", "(3, 1, 5600)"):
+        assert f"torch.randn({size}" in text, size
