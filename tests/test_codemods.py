@@ -78,6 +78,7 @@ def test_registry_names_are_unique_and_every_module_is_registered():
         "cache-pytree",
         "cond-branches",
         "exclusive-cumsum",
+        "cdist-mode",
     ]
     assert [c.NAME for c in UPSTREAM_CODEMODS if c not in ALL_CODEMODS] == ["cache-export"]
 
