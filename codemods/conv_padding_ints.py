@@ -121,6 +121,7 @@ class _Geometry:
 
     def __init__(self, cls: cst.ClassDef):
         self.attributes: dict[str, cst.BaseExpression] = {}
+        self.convs: set[str] = set()
         methods = {stmt.name.value: stmt for stmt in cls.body.body if type(stmt) is cst.FunctionDef}
         init = methods.get("__init__")
         if init is None:
@@ -249,29 +250,21 @@ def _code(node: cst.CSTNode) -> str:
 def _substituted(node: cst.CSTNode, geometry: _Geometry) -> tuple[cst.CSTNode, list[str]]:
     """`node` with each read of a geometry attribute replaced by its int expression, and the refused reads' codes
     (neither an operand of `+ - * //` nor a tuple item)."""
-    replacements, refused = {}, []
-
-    def visit(parent: cst.CSTNode) -> None:
-        for child in nodes_in(parent, lambda node: True):
-            for name in ("left", "right"):
-                operand = getattr(child, name, None) if type(child) is cst.BinaryOperation else None
-                if operand is not None and _self_attribute(operand) in geometry.attributes:
+    replacements = {}
+    for child in nodes_in(node, lambda other: type(other) in (cst.BinaryOperation, cst.Tuple)):
+        if type(child) is cst.BinaryOperation:
+            for operand in (child.left, child.right):
+                if _self_attribute(operand) in geometry.attributes:
                     replacements[operand] = _parenthesized(geometry.attributes[_self_attribute(operand)])
-            if type(child) is cst.Tuple:
-                for element in child.elements:
-                    if _self_attribute(element.value) in geometry.attributes:
-                        replacements[element.value] = geometry.attributes[_self_attribute(element.value)]
-
-    visit(node)
+        else:
+            for element in child.elements:
+                if _self_attribute(element.value) in geometry.attributes:
+                    replacements[element.value] = geometry.attributes[_self_attribute(element.value)]
     reads = nodes_in(node, lambda child: _self_attribute(child) in geometry.attributes)
     refused = [_code(read) for read in reads if read not in replacements]
     if refused:
         return node, refused
     return replace_in_statements(cst.Module(body=[node]), replacements, [node]).body[0], []
-
-
-def _names(pattern: str) -> m.Name:
-    return m.Name(value=m.SaveMatchedNode(m.DoNotCare(), pattern))
 
 
 # The frame rounding: `L = X.shape[-1]; N = (L - self.K + self.P) / self.S + 1; N = torch.ceil(N).to(torch.int64) - 1;
