@@ -36,7 +36,16 @@ def test_findings_name_each_rewrite_and_each_refusal_with_its_reason():
         (27, "refused", "manhattan"),
     ]
     assert findings[-1][-1] == "`p` is not the literal 2"
-    assert not _change("refuse_no_torch_import").changed  # numpy's cdist, not torch's
+    assert [(f.line, f.reason) for f in _change("refuse_no_torch_import").findings] == [
+        (6, "the module does not `import torch`")
+    ]
+    others = _change("refuse_other_calls")
+    assert not others.changed
+    assert [(f.line, f.construct, f.reason) for f in others.findings] == [
+        (10, "nearest", "the module already uses the name `euclidean_cdist`"),
+        (19, "unpacked", "the call has other arguments"),
+        (23, "one_input", "the call does not give both inputs"),
+    ]  # and `chosen_positionally`, which gives the algorithm, has no finding
     shared = _change("quantizer", module="transformers.integrations.toy")
     assert not shared.changed
     assert {f.reason for f in shared.findings} == {

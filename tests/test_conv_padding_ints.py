@@ -50,6 +50,13 @@ def test_findings_name_each_rewrite_and_each_refusal_with_its_reason():
         ("refused", "`self.padding_total` is read as a tensor (not an operand nor a tuple item)"),
     ]
     assert {f.reason for f in _change("refuse_no_torch_import").findings} == {"the module does not `import torch`"}
+    taken = _change("refuse_names_taken")
+    assert not taken.changed
+    assert [(f.line, f.kind, f.reason) for f in taken.findings] == [
+        (17, "refused", "the function binds the names of the attributes the export arm binds"),
+        (33, "refused", "the function binds `extended` or `positions`"),
+        (42, "refused", "the function binds the name `torch`"),
+    ]
     shared = _change("conv", module="transformers.audio_utils")
     assert not shared.changed
     assert {f.reason for f in shared.findings} == {

@@ -1031,3 +1031,43 @@ def test_uvdoc_s_backbone_returns_every_bridge_stage_its_connector_concatenates(
 def test_pp_doclayout_v3_s_mask_head_reads_the_tiny_backbone_s_first_stage():
     config = tiny_config("pp_doclayout_v3")
     assert config.x4_feat_dim == config.backbone_config.hidden_sizes[0]
+
+
+@pytest.mark.parametrize(
+    ("model_type", "paths"),
+    [
+        ("nemotron3_5_transcribe_audio", ("asr_config", "diarization_config.audio_config")),
+        ("nemotron3_5_transcribe_asr_audio", ("",)),
+        ("nemotron3_5_transcribe_word_timestamp", ("",)),
+        ("nemotron3_diarization", ("audio_config",)),
+        ("nemotron3_diarization_audio", ("",)),
+    ],
+)
+def test_nemotron_audio_attention_stays_multi_head(model_type, paths):
+    """Their attention projects the values for every head: a grouped-query tiny config broke their export."""
+    config = tiny_config(model_type)
+    for path in paths:
+        part = config
+        for name in filter(None, path.split(".")):
+            part = getattr(part, name)
+        assert part.num_key_value_heads == part.num_attention_heads, (model_type, path)
+
+
+def test_recurrent_gemmas_recurrent_width_is_its_width():
+    """Its conv state has `hidden_size` channels and is fed `lru_width` ones: its eager decode step failed."""
+    config = tiny_config("recurrent_gemma")
+    assert config.lru_width == config.hidden_size
+    assert check_eager("recurrent_gemma")["status"] == "ok"
+
+
+def test_gemma4s_audio_tower_gets_as_many_mel_bins_as_its_first_convs_channels():
+    """It names no bins: its projection reads `subsampling_conv_channels[0] // 4` frequency rows after two halvings.
+    Its features run at the three audio lengths of the forward cases."""
+    from exportsmith.verify.check import FORWARD_SHAPES
+
+    _, cls = model_class("gemma4_audio")
+    model = build_tiny_model(cls, config_for(cls, tiny_config("gemma4_audio")))
+    bins = model.config.subsampling_conv_channels[0]
+    shapes = [dummy_inputs(model, 0, shape)["input_features"].shape for shape in FORWARD_SHAPES]
+    assert {shape[-1] for shape in shapes} == {bins} and len({shape[1] for shape in shapes}) == 3
+    assert check_eager("gemma4_audio")["status"] == "ok"
