@@ -16,7 +16,7 @@ import libcst.matchers as m
 from libcst.codemod import Codemod as LibcstCodemod
 
 from ._statement_codes import StatementCodes, lines_before_keyword
-from ._walks import holds, scoped_nodes
+from ._walks import holds, replace_in_statements, scoped_nodes
 
 # The context scratch key of a modular file's generated modeling sources (see `Codemod.expanded_class`)
 EXPANSIONS_KEY = "expansions"
@@ -223,3 +223,20 @@ def export_twin(
     first, *rest = eager
     block = choice.orelse.body.with_changes(body=[first.with_changes(leading_lines=()), *rest])
     return choice.with_changes(leading_lines=leading_lines, orelse=choice.orelse.with_changes(body=block))
+
+
+def replaced_in_statement(stmt: cst.SimpleStatementLine, replacements: dict) -> cst.SimpleStatementLine:
+    """`stmt` with each replacement where its original node is (by identity), without its leading lines and its
+    trailing comment: the export arm's form of it (the comments stay with the original, in the eager arm)."""
+    exported = replace_in_statements(cst.Module(body=[stmt]), replacements, [stmt]).body[0]
+    return exported.with_changes(leading_lines=(), trailing_whitespace=cst.TrailingWhitespace())
+
+
+def statement_twin(
+    template: str, stmt: cst.BaseStatement, export: list[cst.BaseStatement], depth: int, indent: int
+) -> cst.If:
+    """The export twin that replaces the statement `stmt`, `depth` levels deep: `export` laid out by black one level
+    deeper as the export arm (its first statement under the template's comment), `stmt` as the eager arm."""
+    exported = formatted_block(export, depth + 1, indent).body
+    eager = eager_arm([stmt.with_changes(leading_lines=())], depth + 1, indent)
+    return export_twin(template, eager, stmt.leading_lines, list(exported))

@@ -29,12 +29,10 @@ import libcst as cst
 from .base import (
     Codemod,
     ModuleHelper,
-    eager_arm,
-    export_twin,
-    formatted_block,
     imports_torch,
     scoped_outside_export_twins,
     shared_module_refusal,
+    statement_twin,
 )
 from ._candidates import CandidateStatements
 from ._walks import candidates_in_statements, child_nodes, nodes_in, replace_in_statements
@@ -206,9 +204,8 @@ class BoundedTopk(Codemod):
             template = EXPORT_TEMPLATE.format(target=target, bound=_code(bound), size=_code(size))
             # laid out to the line length where the statement is
             depth = statements.column(stmt) // indent
-            export = formatted_block(list(cst.parse_statement(template).body.body), depth + 1, indent).body
-            eager = eager_arm([stmt.with_changes(leading_lines=())], depth + 1, indent)
-            replacements[stmt] = export_twin(template, eager, stmt.leading_lines, list(export))
+            export = list(cst.parse_statement(template).body.body)
+            replacements[stmt] = statement_twin(template, stmt, export, depth, indent)
             self.report(line, "rewritten", construct, f"`{target}` is a checked size read back from a tensor")
         if not replacements:
             return tree

@@ -32,12 +32,11 @@ from ._walks import candidates_in_statements, holds, replace_in_statements
 from .base import (
     Codemod,
     ModuleHelper,
-    eager_arm,
-    export_twin,
-    formatted_block,
     imports_torch,
+    replaced_in_statement,
     scoped_outside_export_twins,
     shared_module_refusal,
+    statement_twin,
 )
 
 CDIST = "torch.cdist"
@@ -151,8 +150,4 @@ class CdistMode(Codemod):
             call: cst.Call(func=cst.Name(HELPER), args=[cst.Arg(value=a), cst.Arg(value=b)])
             for call, (a, b) in calls.items()
         }
-        exported = replace_in_statements(cst.Module(body=[stmt]), new, [stmt]).body[0]
-        exported = exported.with_changes(leading_lines=(), trailing_whitespace=cst.TrailingWhitespace())
-        export = formatted_block([exported], depth + 1, indent).body
-        eager = eager_arm([stmt.with_changes(leading_lines=())], depth + 1, indent)
-        return export_twin(TWIN, eager, stmt.leading_lines, list(export))
+        return statement_twin(TWIN, stmt, [replaced_in_statement(stmt, new)], depth, indent)

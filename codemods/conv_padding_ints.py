@@ -54,6 +54,7 @@ from .base import (
     imports_torch,
     scoped_outside_export_twins,
     shared_module_refusal,
+    statement_twin,
 )
 
 # A conv's hyperparameters, tuples of Python ints on every torch conv module
@@ -440,9 +441,7 @@ class ConvPaddingInts(Codemod):
 
     @staticmethod
     def _read_twin(stmt, exported, depth: int, indent: int) -> cst.If:
-        export = formatted_block([exported.with_changes(leading_lines=())], depth + 1, indent).body
-        eager = eager_arm([stmt.with_changes(leading_lines=())], depth + 1, indent)
-        return export_twin(TWIN, eager, stmt.leading_lines, list(export))
+        return statement_twin(TWIN, stmt, [exported.with_changes(leading_lines=())], depth, indent)
 
     @staticmethod
     def _rounding_twin(method: cst.FunctionDef, data: dict, depth: int, indent: int) -> cst.FunctionDef:

@@ -24,12 +24,11 @@ import libcst.matchers as m
 
 from .base import (
     Codemod,
-    eager_arm,
-    export_twin,
-    formatted_block,
     imports_torch,
+    replaced_in_statement,
     scoped_outside_export_twins,
     shared_module_refusal,
+    statement_twin,
 )
 from ._candidates import CandidateStatements
 from ._walks import candidates_in_statements, nodes_in, replace_in_statements
@@ -110,8 +109,5 @@ class FlipUnfolded(Codemod):
 
     @staticmethod
     def _rewrite(stmt: cst.SimpleStatementLine, flips: list[cst.Call], depth: int, indent: int) -> cst.If:
-        exported = replace_in_statements(cst.Module(body=[stmt]), {call: _contiguous(call) for call in flips}, [stmt])
-        exported = exported.body[0].with_changes(leading_lines=(), trailing_whitespace=cst.TrailingWhitespace())
-        export = formatted_block([exported], depth + 1, indent).body
-        eager = eager_arm([stmt.with_changes(leading_lines=())], depth + 1, indent)
-        return export_twin(EXPORT_TEMPLATE, eager, stmt.leading_lines, list(export))
+        exported = replaced_in_statement(stmt, {call: _contiguous(call) for call in flips})
+        return statement_twin(EXPORT_TEMPLATE, stmt, [exported], depth, indent)

@@ -36,12 +36,11 @@ import libcst as cst
 
 from .base import (
     Codemod,
-    eager_arm,
-    export_twin,
-    formatted_block,
     imports_torch,
+    replaced_in_statement,
     scoped_outside_export_twins,
     shared_module_refusal,
+    statement_twin,
 )
 from ._candidates import CandidateStatements
 from ._walks import candidates_in_statements, nodes_in, replace_in_statements
@@ -236,15 +235,9 @@ class ShiftByOne(Codemod):
 
     @staticmethod
     def _rewrite(stmt: cst.SimpleStatementLine, shifts: list[Shift], depth: int, indent: int) -> cst.If:
-        exported = replace_in_statements(
-            cst.Module(body=[stmt]), {shift.call: cst.parse_expression(shift.export) for shift in shifts}, [stmt]
-        ).body[0]
-        checks = {f"torch._check({shift.tensor.value}.shape[{shift.dim}] > 0)": None for shift in shifts}
         # the statement's own comments stay with it in the eager arm: a trailing one would make black and ruff lay the
         # export form out differently
-        exported = exported.with_changes(leading_lines=(), trailing_whitespace=cst.TrailingWhitespace())
+        exported = replaced_in_statement(stmt, {shift.call: cst.parse_expression(shift.export) for shift in shifts})
+        checks = {f"torch._check({shift.tensor.value}.shape[{shift.dim}] > 0)": None for shift in shifts}
         body = [*(cst.parse_statement(check) for check in checks), exported]
-        # laid out to the line length where the statement is
-        export = formatted_block(body, depth + 1, indent).body
-        eager = eager_arm([stmt.with_changes(leading_lines=())], depth + 1, indent)
-        return export_twin(EXPORT_TEMPLATE, eager, stmt.leading_lines, list(export))
+        return statement_twin(EXPORT_TEMPLATE, stmt, body, depth, indent)
